@@ -1,0 +1,19 @@
+"""Data recipes: turn public corpora into fairseq-binarized De-En data.
+
+Modules:
+    ding: parse the Ding German-English dictionary into sentence pairs.
+    splits: dedupe, filter and split pairs into train/valid/test.
+    card: length statistics and the ``DATA_CARD.md`` writer.
+    spm: joint SentencePiece training, encoding and fairseq binarization.
+    steps: small helpers shared by the recipes (errors, atomic writes,
+        reusable-step stamps).
+    wmt14: the WMT14 De-En recipe (needs internet or pre-downloaded archives).
+    distill: sequence-level distillation of a binarized training split.
+
+The command-line entry points live in ``scripts/prepare_ding.py`` and
+``scripts/prepare_wmt14.py``.
+"""
+
+from nmt_specdec.data.steps import RecipeError
+
+__all__ = ["RecipeError"]

@@ -1,0 +1,156 @@
+"""Helpers shared by the data recipes: errors, atomic files, reusable steps.
+
+A recipe is a chain of steps (parse, split, train SentencePiece, encode,
+binarize). Each step records a small JSON "stamp" of its parameters once its
+outputs are complete. A rerun skips a step only when its outputs exist *and*
+its stamp matches the current parameters *and* every earlier step was reused,
+so changing e.g. ``--vocab-size`` rebuilds that step and everything after it
+but never the expensive steps before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, TextIO
+
+from nmt_specdec.errors import UserError
+
+LOG = logging.getLogger("nmt_specdec.data")
+
+
+class RecipeError(UserError):
+    """A problem the user can fix (bad path, bad flag); shown as one line, exit 2."""
+
+
+@contextlib.contextmanager
+def atomic_text(path: Path) -> Iterator[TextIO]:
+    """Open ``path`` for writing text so that it appears only when complete.
+
+    An interrupted run must not leave a half-written file that a later run
+    would mistake for a finished output, so we write a sibling temp file and
+    rename it over the target on success.
+
+    Args:
+        path: Final file path; parent directories are created.
+
+    Yields:
+        A UTF-8 text handle with ``\\n`` newlines.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+            yield handle
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> int:
+    """Atomically write one string per line.
+
+    Args:
+        path: Output file.
+        lines: Strings without trailing newlines.
+
+    Returns:
+        The number of lines written.
+    """
+    count = 0
+    with atomic_text(path) as handle:
+        for line in lines:
+            handle.write(line + "\n")
+            count += 1
+    return count
+
+
+def count_lines(path: Path) -> int:
+    """Count newline-terminated lines of a file without decoding it."""
+    with open(path, "rb") as handle:
+        chunks = iter(lambda: handle.read(1 << 20), b"")
+        return sum(chunk.count(b"\n") for chunk in chunks)
+
+
+def setup_logging(verbose: bool = True) -> None:
+    """Send recipe progress lines to stderr (idempotent)."""
+    if LOG.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
+    LOG.addHandler(handler)
+    LOG.setLevel(logging.INFO if verbose else logging.WARNING)
+    LOG.propagate = False
+
+
+class StepChain:
+    """Run recipe steps in order, reusing those whose outputs are current.
+
+    Args:
+        out_dir: Recipe output directory; stamps go to ``out_dir/.stamps``.
+
+    Attributes:
+        status: Step name -> ``"built"`` or ``"reused"``, in run order.
+    """
+
+    def __init__(self, out_dir: Path) -> None:
+        self.stamp_dir = out_dir / ".stamps"
+        self.status: dict[str, str] = {}
+        self._chain = ""
+
+    def run(
+        self,
+        name: str,
+        params: dict,
+        outputs: list[Path],
+        action: Callable[[], None],
+    ) -> bool:
+        """Run ``action`` unless the step's outputs are already current.
+
+        Args:
+            name: Step name (also the stamp file name).
+            params: JSON-serialisable parameters that determine the outputs.
+            outputs: Files (or directories) the step must produce.
+            action: Does the work; must create every path in ``outputs``.
+
+        Returns:
+            True when the step was (re)built, False when it was reused.
+
+        Raises:
+            RuntimeError: ``action`` returned without creating its outputs.
+        """
+        # Chaining the previous digest into this one invalidates every later
+        # step as soon as an earlier one is rebuilt.
+        record = json.dumps({"params": params, "after": self._chain}, sort_keys=True)
+        digest = hashlib.sha256(record.encode()).hexdigest()
+        stamp = self.stamp_dir / f"{name}.json"
+        if all(p.exists() for p in outputs) and _read_digest(stamp) == digest:
+            LOG.info("[%s] outputs up to date, reusing", name)
+            self.status[name] = "reused"
+            self._chain = digest
+            return False
+        stamp.unlink(missing_ok=True)
+        LOG.info("[%s] building ...", name)
+        action()
+        missing = [str(p) for p in outputs if not p.exists()]
+        if missing:
+            raise RuntimeError(f"step {name} did not produce: {', '.join(missing)}")
+        with atomic_text(stamp) as handle:
+            json.dump({"digest": digest, "params": params}, handle, indent=1,
+                      sort_keys=True)
+        self.status[name] = "built"
+        self._chain = digest
+        LOG.info("[%s] done", name)
+        return True
+
+
+def _read_digest(stamp: Path) -> str | None:
+    """Return the digest stored in a stamp file, or None if unreadable."""
+    try:
+        return json.loads(stamp.read_text(encoding="utf-8"))["digest"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
