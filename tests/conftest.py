@@ -1,0 +1,42 @@
+"""Shared pytest setup: import path and session-wide tiny fairseq models.
+
+The fixtures here train once per test session and are shared by every test
+that needs a real fairseq checkpoint, which keeps ``make test`` fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `tests.helpers` and the packages, uninstalled
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.helpers.fairseq_toy import binarize, make_toy_data, train_tiny  # noqa: E402
+
+# --eval-bleu makes fairseq keep numpy arrays among the saved meters, so the
+# shared checkpoint exercises every entry of the checkpoint allowlist.
+EVAL_BLEU_ARGS = ("--eval-bleu", "--eval-bleu-args", '{"beam": 1}')
+
+
+@pytest.fixture(scope="session")
+def toy_data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Binarized toy reversal data (500 train pairs; src -> tgt)."""
+    root = tmp_path_factory.mktemp("toy")
+    raw = make_toy_data(root / "raw", n=500, seed=0)
+    return binarize(raw, root / "data-bin")
+
+
+@pytest.fixture(scope="session")
+def tiny_transformer_ckpt(tmp_path_factory: pytest.TempPathFactory, toy_data_bin: Path) -> Path:
+    """``checkpoint_last.pt`` of a stock 1-layer ``transformer``, 20 CPU updates.
+
+    Trained with legacy flags and ``--eval-bleu``, i.e. it holds an
+    ``argparse.Namespace`` and numpy arrays besides tensors. Treat it as
+    read-only; copy its directory to continue training from it.
+    """
+    save_dir = tmp_path_factory.mktemp("tiny_transformer")
+    return train_tiny(toy_data_bin, save_dir, extra_args=EVAL_BLEU_ARGS)

@@ -1,0 +1,1 @@
+"""Test utilities shared across test modules (import as ``tests.helpers.*``)."""

@@ -1,0 +1,236 @@
+"""Toy parallel data and tiny fairseq runs for tests.
+
+Everything here drives fairseq through its CLIs in a subprocess, exactly as a
+user would, but as ``python -m fairseq_cli.<module>`` with this interpreter so
+that the virtualenv need not be on ``PATH``.
+
+Typical use::
+
+    raw = make_toy_data(tmp_path / "raw", n=500, seed=0)
+    data_bin = binarize(raw, tmp_path / "bin")
+    ckpt = train_tiny(data_bin, tmp_path / "ckpt")
+    out = run_cli("generate", [str(data_bin), "--path", str(ckpt), ...])
+
+The helpers are general on purpose (architecture, task and extra arguments are
+parameters) so that the SpecDec tests can train their joint model with them.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLUGINS_DIR = REPO_ROOT / "fairseq_plugins"
+
+# Toy sentences are strings over this alphabet; the target is the reversed
+# source, which a 1-layer Transformer learns a little of within 20 updates.
+TOY_ALPHABET = tuple("abcdefghijklmnop")
+DEFAULT_SPLITS = {"train": 1.0, "valid": 0.1, "test": 0.1}
+
+# A Transformer small enough that 20 CPU updates take a few seconds.
+TINY_TRANSFORMER_ARGS: tuple[str, ...] = (
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+)
+
+# fairseq 0.12 rounds every batch down to a multiple of
+# --required-batch-size-multiple (default 8) and silently drops the remainder
+# when decoding: 50 test sentences with --batch-size 64 give 48 hypotheses.
+# Pass this to generate/interactive/validate whenever every sentence counts.
+EXACT_BATCHING: tuple[str, ...] = ("--required-batch-size-multiple", "1")
+
+# Optimisation settings for a tiny CPU run; disk-heavy extras are switched off.
+TINY_TRAIN_ARGS: tuple[str, ...] = (
+    "--cpu", "--seed", "1", "--num-workers", "0",
+    "--optimizer", "adam", "--lr", "5e-3", "--lr-scheduler", "inverse_sqrt",
+    "--warmup-updates", "5",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--max-tokens", "1024", "--max-epoch", "1000",
+    "--log-format", "simple", "--log-interval", "10",
+    "--no-epoch-checkpoints", "--no-progress-bar",
+)
+
+
+def toy_pair(rng: random.Random, min_len: int = 3, max_len: int = 10) -> tuple[str, str]:
+    """Draws one toy sentence pair: random symbols and their reversal.
+
+    Args:
+        rng: Source of randomness (seeded by the caller for reproducibility).
+        min_len: Shortest source length in tokens.
+        max_len: Longest source length in tokens.
+
+    Returns:
+        ``(source, target)`` as space-separated token strings.
+    """
+    tokens = [rng.choice(TOY_ALPHABET) for _ in range(rng.randint(min_len, max_len))]
+    return " ".join(tokens), " ".join(reversed(tokens))
+
+
+def make_toy_data(
+    out_dir: Path,
+    n: int = 500,
+    seed: int = 0,
+    src: str = "src",
+    tgt: str = "tgt",
+    splits: Mapping[str, float] | None = None,
+) -> Path:
+    """Writes raw toy parallel text as ``{split}.{src}`` / ``{split}.{tgt}``.
+
+    Args:
+        out_dir: Directory to create and fill.
+        n: Number of training pairs; other splits are sized relative to it.
+        seed: RNG seed; the same seed always gives the same files.
+        src: Source language suffix.
+        tgt: Target language suffix.
+        splits: Split name -> size as a fraction of ``n`` (at least 1 pair).
+
+    Returns:
+        ``out_dir``.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for split, frac in (splits or DEFAULT_SPLITS).items():
+        pairs = [toy_pair(rng) for _ in range(max(1, round(n * frac)))]
+        (out_dir / f"{split}.{src}").write_text("".join(s + "\n" for s, _ in pairs))
+        (out_dir / f"{split}.{tgt}").write_text("".join(t + "\n" for _, t in pairs))
+    return out_dir
+
+
+def run_cli(
+    module: str,
+    args: Sequence[str],
+    *,
+    stdin: str | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m fairseq_cli.<module> *args`` with this interpreter.
+
+    Args:
+        module: fairseq_cli module: preprocess, train, hydra_train, generate,
+            interactive, validate, score, eval_lm.
+        args: Command-line arguments.
+        stdin: Text fed to standard input (``None``: empty input).
+        check: Raise if the command exits non-zero; the error shows its output.
+        env: Full environment to use (default: this process's environment).
+        cwd: Working directory (default: the current one).
+        timeout: Seconds before the command is killed.
+
+    Returns:
+        The completed process, with text ``stdout`` and ``stderr``.
+
+    Raises:
+        RuntimeError: ``check`` is set and the command failed.
+    """
+    cmd = [sys.executable, "-m", f"fairseq_cli.{module}", *map(str, args)]
+    proc = subprocess.run(
+        cmd, input=stdin or "", capture_output=True, text=True,
+        env=dict(env) if env is not None else None, cwd=cwd, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n"
+            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def binarize(
+    raw_dir: Path,
+    dest_dir: Path,
+    src: str = "src",
+    tgt: str = "tgt",
+    splits: Sequence[str] = ("train", "valid", "test"),
+    joined_dictionary: bool = True,
+    extra_args: Sequence[str] = (),
+) -> Path:
+    """Binarizes raw parallel text with ``fairseq-preprocess``.
+
+    Args:
+        raw_dir: Directory holding ``{split}.{src}`` and ``{split}.{tgt}``.
+        dest_dir: Output data-bin directory.
+        src: Source language suffix.
+        tgt: Target language suffix.
+        splits: Splits to binarize; must include ``train``.
+        joined_dictionary: Share one dictionary between both sides.
+        extra_args: Further ``fairseq-preprocess`` arguments.
+
+    Returns:
+        ``dest_dir``.
+    """
+    raw = Path(raw_dir)
+    args = ["--source-lang", src, "--target-lang", tgt, "--destdir", dest_dir, "--workers", "1"]
+    for split in splits:
+        flag = "--trainpref" if split == "train" else f"--{split}pref"
+        args += [flag, raw / split]
+    if joined_dictionary:
+        args.append("--joined-dictionary")
+    run_cli("preprocess", [*args, *extra_args])
+    return Path(dest_dir)
+
+
+def train_tiny(
+    data_bin: Path,
+    save_dir: Path,
+    arch: str = "transformer",
+    max_update: int = 20,
+    extra_args: Sequence[str] = (),
+    model_args: Sequence[str] | None = None,
+    user_dir: Path | None = PLUGINS_DIR,
+) -> Path:
+    """Trains a tiny model on CPU with ``fairseq-train``.
+
+    Args:
+        data_bin: Binarized data directory (from :func:`binarize`).
+        save_dir: Checkpoint directory.
+        arch: Registered fairseq architecture.
+        max_update: Number of optimizer updates.
+        extra_args: Further ``fairseq-train`` arguments (e.g. ``--task``,
+            ``--criterion``); later flags override the defaults here.
+        model_args: Architecture size flags (default: a tiny Transformer).
+        user_dir: ``--user-dir`` to load (default: this repo's plugins;
+            ``None``: stock fairseq only).
+
+    Returns:
+        Path of ``checkpoint_last.pt``; the run's output is in ``train.log``
+        beside it.
+    """
+    args = [
+        data_bin, "--arch", arch, "--save-dir", save_dir, "--max-update", str(max_update),
+        *TINY_TRAIN_ARGS,
+        *(TINY_TRANSFORMER_ARGS if model_args is None else model_args),
+    ]
+    if user_dir is not None:
+        args += ["--user-dir", user_dir]
+    proc = run_cli("train", [*args, *extra_args])
+    Path(save_dir, "train.log").write_text(proc.stdout + proc.stderr)
+    ckpt = Path(save_dir) / "checkpoint_last.pt"
+    if not ckpt.is_file():
+        raise RuntimeError(f"fairseq-train wrote no {ckpt}")
+    return ckpt
+
+
+def hypotheses(output: str) -> dict[int, str]:
+    """Parses ``H-<id>\\t<score>\\t<text>`` lines of generate/interactive output.
+
+    Args:
+        output: Standard output of ``fairseq-generate`` or ``fairseq-interactive``.
+
+    Returns:
+        Sentence id -> hypothesis text (best hypothesis per id).
+    """
+    hyps: dict[int, str] = {}
+    for line in output.splitlines():
+        if line.startswith("H-"):
+            head, _score, *text = line.split("\t")
+            hyps.setdefault(int(head[2:]), text[0] if text else "")
+    return hyps
