@@ -1,0 +1,183 @@
+"""Evaluation settings and the grid of decoder configurations."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from nmt_specdec.errors import UserError
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Settings of one evaluation run (mirrors the command-line flags).
+
+    Attributes:
+        checkpoint: fairseq checkpoint (``.pt``) to evaluate.
+        out: output directory for results.json, results.md and the plot.
+        data: fairseq binarized data dir (test split and dictionaries).
+        split: split of ``data`` to decode.
+        source_lang: source language (default: the checkpoint's).
+        target_lang: target language (default: the checkpoint's).
+        src_file: raw source text, one sentence per line (instead of ``split``).
+        ref_file: raw detokenized references, line-aligned with the test set.
+        spm_model: SentencePiece model: encodes ``src_file``, decodes binarized
+            references and all hypotheses.
+        post_process: fairseq ``--post-process`` for hypotheses without ``spm_model``.
+        max_sentences: decode only the first N sentences (file order).
+        beams: beam sizes of the stock SequenceGenerator (1 is always included).
+        max_len_a: fairseq ``--max-len-a``.
+        max_len_b: fairseq ``--max-len-b``.
+        min_len: fairseq ``--min-len``.
+        lenpen: fairseq ``--lenpen``.
+        unkpen: fairseq ``--unkpen``.
+        grid_k: SpecDec draft block sizes K (empty: the model's draft block size).
+        grid_beta: SpecDec top-beta widths.
+        grid_tau: SpecDec log-probability margins (beta=1 rows need none).
+        stock_only: time only the stock generator (any fairseq checkpoint).
+        batch_sizes: sentences per batch; each configuration runs at each size.
+        repeats: timed passes per configuration and batch size (median reported).
+        warmup_batches: untimed batches each configuration decodes first.
+        threads: ``torch.set_num_threads``.
+        cpu: decode on the CPU even when CUDA is available.
+        profile: add one untimed pass per SpecDec row that splits its time.
+        progress: show a progress bar on stderr.
+        command: the command line, recorded in results.json.
+    """
+
+    checkpoint: str
+    out: str
+    data: Optional[str] = None
+    split: str = "test"
+    source_lang: Optional[str] = None
+    target_lang: Optional[str] = None
+    src_file: Optional[str] = None
+    ref_file: Optional[str] = None
+    spm_model: Optional[str] = None
+    post_process: str = "sentencepiece"
+    max_sentences: Optional[int] = None
+    beams: Tuple[int, ...] = (1, 5)
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    min_len: int = 1
+    lenpen: float = 1.0
+    unkpen: float = 0.0
+    grid_k: Tuple[int, ...] = ()
+    grid_beta: Tuple[int, ...] = (1, 3, 5)
+    grid_tau: Tuple[float, ...] = (1.0, 3.0)
+    stock_only: bool = False
+    batch_sizes: Tuple[int, ...] = (1, 32)
+    repeats: int = 3
+    warmup_batches: int = 2
+    threads: int = 1
+    cpu: bool = False
+    profile: bool = False
+    progress: bool = True
+    command: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """One decoder configuration (a row of the report at each batch size).
+
+    Attributes:
+        kind: ``stock`` (fairseq's SequenceGenerator) or ``specdec``.
+        beam: stock beam size (1 for SpecDec, which verifies greedily).
+        k: SpecDec draft block size K.
+        beta: SpecDec top-beta width.
+        tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
+    """
+
+    kind: str
+    beam: int = 1
+    k: Optional[int] = None
+    beta: Optional[int] = None
+    tau: Optional[float] = None
+
+    @property
+    def name(self) -> str:
+        if self.kind == "stock":
+            return f"stock beam{self.beam}"
+        tau = "" if self.beta == 1 else f" tau{self.tau:g}"
+        return f"specdec k{self.k} beta{self.beta}{tau}"
+
+    @property
+    def is_baseline(self) -> bool:
+        """Stock greedy search: the reference for speedups and agreement."""
+        return self.kind == "stock" and self.beam == 1
+
+
+BASELINE = DecoderSpec("stock", beam=1)
+
+
+def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
+    """The configurations to measure: stock beams, then the SpecDec grid.
+
+    Args:
+        cfg: the evaluation settings.
+        default_k: the model's draft block size (used when ``cfg.grid_k`` is empty).
+
+    Returns:
+        Distinct specs, stock beam 1 first.
+    """
+    specs = [BASELINE] + [DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1]
+    if cfg.stock_only:
+        return specs
+    ks = cfg.grid_k or ((default_k,) if default_k else ())
+    if not ks:
+        raise UserError("--grid-k is required: the checkpoint has no draft block size")
+    for k in ks:
+        for beta in cfg.grid_beta:
+            taus = (0.0,) if beta == 1 else cfg.grid_tau
+            for tau in taus:
+                spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau))
+                if spec not in specs:
+                    specs.append(spec)
+    return specs
+
+
+def validate(cfg: EvalConfig) -> None:
+    """Raises :class:`UserError` naming the first bad option."""
+    _check_input_options(cfg)
+    _check_positive("--repeats", [cfg.repeats])
+    _check_positive("--batch-sizes", cfg.batch_sizes)
+    _check_positive("--beams", cfg.beams)
+    _check_positive("--threads", [cfg.threads])
+    _check_positive("--grid-k", cfg.grid_k)
+    _check_positive("--grid-beta", cfg.grid_beta)
+    if cfg.max_sentences is not None:
+        _check_positive("--max-sentences", [cfg.max_sentences])
+    if cfg.warmup_batches < 0:
+        raise UserError(f"--warmup-batches must be >= 0, got {cfg.warmup_batches}")
+    if any(not tau >= 0 for tau in cfg.grid_tau):
+        raise UserError(f"--grid-tau values must be >= 0, got {list(cfg.grid_tau)}")
+    if not cfg.stock_only and any(beta > 1 for beta in cfg.grid_beta) and not cfg.grid_tau:
+        raise UserError("--grid-tau needs at least one value for --grid-beta > 1")
+
+
+def _check_input_options(cfg: EvalConfig) -> None:
+    if not os.path.isfile(cfg.checkpoint):
+        raise UserError(f"--checkpoint: no such file {cfg.checkpoint}")
+    for flag, path in (("--src-file", cfg.src_file), ("--ref-file", cfg.ref_file),
+                       ("--spm-model", cfg.spm_model)):
+        if path is not None and not os.path.isfile(path):
+            raise UserError(f"{flag}: no such file {path}")
+    if cfg.data is not None and not os.path.isdir(cfg.data):
+        raise UserError(f"--data: no such directory {cfg.data}")
+    if cfg.src_file is not None:
+        if cfg.ref_file is None or cfg.spm_model is None:
+            raise UserError("--src-file needs --ref-file (raw references) and --spm-model "
+                            "(to encode the source)")
+    elif cfg.data is None:
+        raise UserError("give a test set: --data DIR [--split test], or --src-file, "
+                        "--ref-file and --spm-model")
+    elif cfg.ref_file is None and cfg.spm_model is None:
+        raise UserError("--data without --ref-file needs --spm-model to decode the "
+                        "binarized references into raw text for BLEU")
+
+
+def _check_positive(flag: str, values) -> None:
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise UserError(f"{flag} values must be >= 1, got {bad[0]}")

@@ -1,0 +1,141 @@
+"""The checkpoint, and generators built exactly as ``fairseq-generate`` builds them."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Iterator, Tuple
+
+import torch
+from fairseq import checkpoint_utils
+from fairseq.dataclass.configs import GenerationConfig
+from torch import nn
+
+from nmt_specdec.errors import UserError
+from nmt_specdec.evaluation.config import DecoderSpec, EvalConfig
+
+# Set by fairseq_plugins/checkpoint_safety.py on the loader it installs.
+_SAFE_LOADER_MARK = "_nmt_specdec_safe"
+
+
+def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, object]:
+    """Loads one model and its task (dictionaries from ``--data`` or the checkpoint dir).
+
+    The fairseq plugin must already be registered: its import installs the safe
+    checkpoint loader that ``load_model_ensemble_and_task`` then goes through.
+
+    Returns:
+        ``(model, task)``, the model in eval mode on ``device``.
+    """
+    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, _SAFE_LOADER_MARK, False):
+        # Never unpickle a checkpoint with fairseq's plain torch.load.
+        raise UserError("the fairseq plugin is not registered: `import fairseq_plugins` "
+                        "(or pass --user-dir) before evaluating, so that checkpoints "
+                        "load through the safe loader")
+    overrides = {"data": cfg.data or os.path.dirname(os.path.abspath(cfg.checkpoint))}
+    if cfg.source_lang:
+        overrides["source_lang"] = cfg.source_lang
+    if cfg.target_lang:
+        overrides["target_lang"] = cfg.target_lang
+    try:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+            [cfg.checkpoint], arg_overrides=overrides
+        )
+    except FileNotFoundError as err:
+        raise UserError(f"cannot load {cfg.checkpoint} with dictionaries from "
+                        f"{overrides['data']}: {err} (pass --data DIR holding "
+                        "dict.SRC.txt and dict.TGT.txt, and --source-lang/--target-lang)"
+                        ) from err
+    except KeyError as err:
+        raise UserError(f"{cfg.checkpoint} needs a task or architecture that is not "
+                        f"registered ({err}); is its --user-dir plugin loaded?") from err
+    model = models[0].to(device)
+    # As fairseq-generate: eval mode, generation-only optimisations.
+    model.prepare_for_inference_(SimpleNamespace(generation=generation_config(cfg, beam=1)))
+    model.eval()
+    return model, task
+
+
+def generation_config(cfg: EvalConfig, beam: int) -> GenerationConfig:
+    """fairseq's ``--beam/--max-len-a/...`` namespace for one configuration."""
+    gen = GenerationConfig()
+    gen.beam = beam
+    gen.max_len_a = cfg.max_len_a
+    gen.max_len_b = cfg.max_len_b
+    gen.min_len = cfg.min_len
+    gen.lenpen = cfg.lenpen
+    gen.unkpen = cfg.unkpen
+    return gen
+
+
+def check_specdec_supported(task, model: nn.Module) -> None:
+    """Refuses SpecDec rows for checkpoints that cannot run them."""
+    if not hasattr(task.cfg, "spec_decoding"):
+        name = getattr(task.cfg, "_name", type(task).__name__)
+        raise UserError(f"SpecDec rows need a checkpoint trained with --task "
+                        f"translation_specdec (this one: {name}); pass --stock-only to "
+                        "time fairseq's generator alone")
+    if not hasattr(model, "draft_head"):
+        raise UserError("SpecDec rows need a checkpoint with a draft head "
+                        "(--arch specdec_transformer*); pass --stock-only to time "
+                        "fairseq's generator alone")
+
+
+def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
+    """``task.build_generator`` as fairseq-generate calls it, with the spec's options.
+
+    SpecDec options live on the task config (a plugin cannot extend fairseq's
+    GenerationConfig), so they are set there for the duration of the call. The
+    batch-invariant replay (``deterministic``) is switched off whatever the
+    checkpoint was saved with: the plain generators are what is measured.
+    """
+    gen = generation_config(cfg, spec.beam)
+    options: dict = {}
+    if hasattr(task.cfg, "spec_decoding"):
+        options = {"spec_decoding": spec.kind == "specdec", "deterministic": False}
+    if spec.kind == "specdec":
+        options.update(spec_k=spec.k, spec_beta=spec.beta, spec_tau=spec.tau)
+    with _task_options(task.cfg, options):
+        generator = task.build_generator([model], gen)
+    generator.eval()
+    return generator
+
+
+@contextmanager
+def _task_options(task_cfg, options: dict) -> Iterator[None]:
+    saved = {name: getattr(task_cfg, name) for name in options}
+    try:
+        for name, value in options.items():
+            setattr(task_cfg, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(task_cfg, name, value)
+
+
+def prepare_model(model: nn.Module, spec: DecoderSpec) -> None:
+    """Restores the model's attention beam size for this configuration.
+
+    fairseq's SequenceGenerator, when built with beam N > 1, calls
+    ``model.set_beam_size(N)`` on models that have it ("beamable"
+    encoder-decoder attention, which folds rows into groups of N). Several
+    generators share one model here, so the beam size a configuration expects
+    is set again before each of its measurements: N for stock beam N, 1 for
+    SpecDec, whose rows are not beam-shaped. Transformer models (stock or
+    SpecDec) have no ``set_beam_size``, so for them this does nothing, exactly
+    as in fairseq-generate.
+    """
+    if hasattr(model, "set_beam_size"):
+        model.set_beam_size(spec.beam if spec.kind == "stock" else 1)
+
+
+def parameter_counts(model: nn.Module) -> dict:
+    """Parameters of the verifier (encoder + AR decoder) and of the draft head."""
+    total = sum(p.numel() for p in model.parameters())
+    if hasattr(model, "draft_head"):
+        draft = sum(p.numel() for p in model.draft_head.parameters())
+        verifier = sum(p.numel() for p in model.verifier_parameters())
+    else:
+        draft, verifier = 0, total
+    return {"verifier": verifier, "draft_head": draft, "total": total}

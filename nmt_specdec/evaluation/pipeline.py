@@ -1,0 +1,173 @@
+"""``run(cfg)``: load once, decode every configuration interleaved, score, report.
+
+Steps: runtime (device, threads) -> checkpoint -> test set -> generators ->
+warm-up -> interleaved timed passes -> optional profile pass -> BLEU/chrF ->
+results.json, results.md, bleu_vs_speedup.png.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+from torch import nn
+
+from nmt_specdec.errors import UserError
+from nmt_specdec.evaluation import loading, machine, metrics, report, runner
+from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid, validate
+from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
+from nmt_specdec.evaluation.profiling import Profile, profile_run
+from nmt_specdec.evaluation.runner import Run
+from nmt_specdec.evaluation.testset import (TestSet, check_lengths, load_binarized,
+                                            load_raw, make_batches)
+
+logger = logging.getLogger(__name__)
+
+RESULTS_JSON = "results.json"
+RESULTS_MD = "results.md"
+PLOT_PNG = "bleu_vs_speedup.png"
+
+
+def run(cfg: EvalConfig) -> dict:
+    """Runs the whole evaluation and writes its three files into ``cfg.out``.
+
+    Returns:
+        The results (what ``results.json`` holds).
+    """
+    validate(cfg)
+    if cfg.repeats < 3:
+        logger.warning("--repeats %d: medians of fewer than 3 passes are noisy", cfg.repeats)
+    device = setup_runtime(cfg)
+    started = time.perf_counter()
+    model, task = loading.load_checkpoint(cfg, device)
+    detokenize = metrics.Detokenizer(task.target_dictionary, cfg.spm_model, cfg.post_process)
+    testset = load_testset(cfg, task, detokenize)
+    check_lengths(testset.sources, model.max_positions()[0])
+    specs = build_grid(cfg, getattr(model, "draft_block_size", None))
+    if any(spec.kind == "specdec" for spec in specs):
+        loading.check_specdec_supported(task, model)
+    runs = build_runs(cfg, task, model, specs, testset, device)
+    progress = _progress_bar(cfg.progress)
+    runner.warm_up(task, model, runs, device, cfg.warmup_batches, progress)
+    runner.measure(task, model, runs, device, cfg.repeats, progress)
+    profiles = profile_runs(task, model, runs, device, progress) if cfg.profile else {}
+    rows, signatures = score_runs(runs, testset, detokenize, profiles)
+    results = {
+        "schema_version": report.SCHEMA_VERSION,
+        "command": cfg.command,
+        "config": _config_dict(cfg),
+        "machine": machine.machine_info(device),
+        "model": _model_info(cfg, model, task),
+        "test_set": {"description": testset.description, "sentences": len(testset),
+                     "source_tokens": sum(s.numel() for s in testset.sources)},
+        "timing": {"repeats": cfg.repeats, "warmup_batches": cfg.warmup_batches,
+                   "interleaved": True, "statistic": "median",
+                   "total_wall_s": time.perf_counter() - started},
+        "memory": _memory_info(runs),
+        "signatures": signatures,
+        "rows": rows,
+    }
+    write_outputs(results, cfg.out)
+    return results
+
+
+def setup_runtime(cfg: EvalConfig) -> torch.device:
+    """Chooses the device and fixes the thread count (recorded in the results)."""
+    if cfg.cpu or not torch.cuda.is_available():
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.set_num_threads(cfg.threads)
+    return device
+
+
+def load_testset(cfg: EvalConfig, task, detokenize: metrics.Detokenizer) -> TestSet:
+    if cfg.src_file is not None:
+        encode = detokenize.encoder(task.source_dictionary)
+        return load_raw(cfg.src_file, cfg.ref_file, encode, cfg.max_sentences)
+    return load_binarized(task, cfg.split, detokenize, cfg.ref_file, cfg.max_sentences)
+
+
+def build_runs(cfg: EvalConfig, task, model: nn.Module, specs, testset: TestSet,
+               device: torch.device) -> List[Run]:
+    """One run per (configuration, batch size); generators are built once per spec."""
+    generators = {spec: loading.build_generator(task, model, spec, cfg) for spec in specs}
+    runs = []
+    for batch_size in sorted(set(cfg.batch_sizes)):
+        batches = make_batches(task, testset.sources, batch_size, device)
+        runs += [Run(spec, batch_size, generators[spec], batches) for spec in specs]
+    return runs
+
+
+def profile_runs(task, model, runs: List[Run], device: torch.device,
+                 progress) -> Dict[Tuple, Profile]:
+    """One instrumented pass per SpecDec run (after, and apart from, the timed ones)."""
+    chosen = [run for run in runs if run.spec.kind == "specdec"]
+    return {(run.spec, run.batch_size): profile_run(task, model, run, device)
+            for run in progress(chosen, desc="profile")}
+
+
+def score_runs(runs: List[Run], testset: TestSet, detokenize: metrics.Detokenizer,
+               profiles: Dict[Tuple, Profile]) -> Tuple[List[dict], dict]:
+    """Report rows (sorted by batch size, then configuration) and sacreBLEU signatures."""
+    baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
+    rows, signatures = [], {}
+    for run in runs:
+        baseline = baselines[run.batch_size]
+        hypotheses = [detokenize(tokens)
+                      for tokens in metrics.in_order(run.outputs, len(testset))]
+        scores = metrics.corpus_scores(hypotheses, testset.references)
+        signatures = {"bleu": scores.bleu_signature, "chrf": scores.chrf_signature}
+        differs = metrics.count_differences(run.outputs, baseline.outputs)
+        rows.append(report.make_row(run, baseline, scores, differs, len(testset),
+                                    profiles.get((run.spec, run.batch_size))))
+    return rows, signatures
+
+
+def write_outputs(results: dict, out_dir: str) -> None:
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out: cannot create {out_dir}: {err}") from err
+    report.write_json(results, os.path.join(out_dir, RESULTS_JSON))
+    with open(os.path.join(out_dir, RESULTS_MD), "w", encoding="utf-8") as handle:
+        handle.write(report.markdown_report(results))
+    plot_bleu_vs_speedup(results["rows"], os.path.join(out_dir, PLOT_PNG))
+
+
+def _model_info(cfg: EvalConfig, model: nn.Module, task) -> dict:
+    return {
+        "checkpoint": os.path.abspath(cfg.checkpoint),
+        "class": type(model).__name__,
+        "task": getattr(task.cfg, "_name", type(task).__name__),
+        "source_lang": task.cfg.source_lang,
+        "target_lang": task.cfg.target_lang,
+        "draft_block_size": getattr(model, "draft_block_size", None),
+        "parameters": loading.parameter_counts(model),
+    }
+
+
+def _memory_info(runs: List[Run]) -> dict:
+    """Process peak RSS (all configurations together) and the largest CUDA peak."""
+    peaks = [run.cuda_peak_bytes for run in runs if run.cuda_peak_bytes is not None]
+    return {"peak_rss_mib": machine.peak_rss_mib(),
+            "cuda_peak_mib": max(peaks) / 2**20 if peaks else None}
+
+
+def _config_dict(cfg: EvalConfig) -> dict:
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
+
+
+def _progress_bar(enabled: bool) -> Callable:
+    if not enabled:
+        return lambda items, desc=None: items
+    from tqdm import tqdm
+
+    return lambda items, desc=None: tqdm(items, desc=desc, unit="pass", dynamic_ncols=True)
+
+

@@ -1,0 +1,107 @@
+"""Where SpecDec's time goes: encoder, draft, verify, and bookkeeping.
+
+The generator is left untouched: for one untimed pass, its three model calls
+are wrapped with a clock (``model.encoder.forward_torchscript``, the drafter's
+``propose``, and ``verify_block`` as :mod:`nmt_specdec.generator` binds it).
+Everything else (acceptance, commit, cache trimming, row bookkeeping, fairseq's
+collation of outputs) is bookkeeping. On CUDA each wrapped call synchronizes,
+so that its kernels are charged to it; the profiled pass is therefore a little
+slower than the timed ones and is reported separately.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator
+
+import torch
+
+import nmt_specdec.generator as generator_module
+from nmt_specdec.evaluation.runner import Run, decode_pass, synchronize
+
+COMPONENTS = ("encoder", "draft", "verify")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Seconds of one profiled pass, split by component.
+
+    Attributes:
+        total: wall time of the pass.
+        encoder: encoder forward passes.
+        draft: drafter proposals.
+        verify: verifier decoder passes.
+    """
+
+    total: float
+    encoder: float
+    draft: float
+    verify: float
+
+    @property
+    def bookkeeping(self) -> float:
+        """Everything outside the model calls."""
+        return max(0.0, self.total - self.encoder - self.draft - self.verify)
+
+    def as_dict(self) -> Dict[str, float]:
+        parts = {name: getattr(self, name) for name in (*COMPONENTS, "bookkeeping")}
+        total = self.total or 1.0
+        return {"total_s": self.total,
+                **{f"{name}_s": value for name, value in parts.items()},
+                **{f"{name}_share": value / total for name, value in parts.items()}}
+
+
+class _Clock:
+    """Accumulates the wall time of wrapped calls, per component."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.seconds = {name: 0.0 for name in COMPONENTS}
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            synchronize(self.device)
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            synchronize(self.device)
+            self.seconds[name] += time.perf_counter() - start
+            return result
+
+        return timed
+
+
+@contextmanager
+def instrumented(model, generator, device: torch.device) -> Iterator[_Clock]:
+    """Wraps the generator's model calls with a clock; restores them on exit."""
+    clock = _Clock(device)
+    encoder, drafter = model.encoder, generator.drafter
+    patches = [(encoder, "forward_torchscript"), (drafter, "propose")]
+    # Instance attributes that existed before (rather than class methods) come back.
+    saved = [vars(owner).get(attr, _MISSING) for owner, attr in patches]
+    original_verify = generator_module.verify_block
+    for owner, attr in patches:
+        setattr(owner, attr, clock.wrap(_component(attr), getattr(owner, attr)))
+    generator_module.verify_block = clock.wrap("verify", original_verify)
+    try:
+        yield clock
+    finally:
+        generator_module.verify_block = original_verify
+        for (owner, attr), value in zip(patches, saved):
+            if value is _MISSING:
+                delattr(owner, attr)  # the class's method shows through again
+            else:
+                setattr(owner, attr, value)
+
+
+def _component(attr: str) -> str:
+    return {"forward_torchscript": "encoder", "propose": "draft"}[attr]
+
+
+def profile_run(task, model, run: Run, device: torch.device) -> Profile:
+    """One untimed, instrumented pass of a SpecDec run over the whole test set."""
+    with instrumented(model, run.generator, device) as clock:
+        total, _ = decode_pass(task, model, run, device)
+    return Profile(total=total, **clock.seconds)

@@ -1,0 +1,139 @@
+"""Result rows, ``results.json`` and the ``results.md`` table."""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional
+
+from nmt_specdec.evaluation.metrics import Scores
+from nmt_specdec.evaluation.profiling import Profile
+from nmt_specdec.evaluation.runner import Run
+
+SCHEMA_VERSION = 1
+
+# (header, row key, format) of the markdown table.
+_COLUMNS = (
+    ("batch", "batch_size", "{}"),
+    ("decoder", "name", "{}"),
+    ("BLEU", "bleu", "{:.2f}"),
+    ("chrF", "chrf", "{:.2f}"),
+    ("wall s (median)", "wall_s_median", "{:.3f}"),
+    ("sent/s", "sentences_per_s", "{:.1f}"),
+    ("tok/s", "target_tokens_per_s", "{:.0f}"),
+    ("speedup", "speedup", "{:.2f}x"),
+    ("tok/iter", "mean_accepted_tokens", "{:.2f}"),
+    ("iter/sent", "iterations_per_sentence", "{:.2f}"),
+    ("!= greedy", "differs_from_greedy", "{}"),
+)
+
+
+def make_row(run: Run, baseline: Run, scores: Scores, differs_from_greedy: int,
+             num_sentences: int, profile: Optional[Profile]) -> dict:
+    """Every figure of one (configuration, batch size).
+
+    Args:
+        run: the measured run.
+        baseline: stock beam 1 at the same batch size (speedup = its time / this time).
+        scores: BLEU and chrF against the raw references.
+        differs_from_greedy: sentences whose output differs from ``baseline``'s.
+        num_sentences: sentences in the test set.
+        profile: SpecDec time split (None unless profiled).
+    """
+    seconds = run.median_seconds
+    stats = run.stats
+    return {
+        "name": run.spec.name,
+        "decoder": run.spec.kind,
+        "beam": run.spec.beam,
+        "k": run.spec.k,
+        "beta": run.spec.beta,
+        "tau": run.spec.tau,
+        "batch_size": run.batch_size,
+        "wall_s_median": seconds,
+        "wall_s": list(run.seconds),
+        "sentences_per_s": num_sentences / seconds,
+        "target_tokens": run.target_tokens,
+        "target_tokens_per_s": run.target_tokens / seconds,
+        "speedup": baseline.median_seconds / seconds,
+        "bleu": scores.bleu,
+        "chrf": scores.chrf,
+        "mean_accepted_tokens": stats.mean_accepted_tokens if stats else None,
+        "iterations_per_sentence": stats.iterations_per_sentence if stats else None,
+        "slot_acceptance": stats.slot_acceptance() if stats else None,
+        "differs_from_greedy": differs_from_greedy,
+        "equals_greedy": differs_from_greedy == 0,
+        "cuda_peak_mib": (run.cuda_peak_bytes / 2**20
+                          if run.cuda_peak_bytes is not None else None),
+        "profile": profile.as_dict() if profile else None,
+    }
+
+
+def write_json(results: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=2)
+        handle.write("\n")
+
+
+def markdown_table(rows: List[dict]) -> str:
+    """One line per (batch size, configuration); n/a where a figure does not apply."""
+    lines = ["| " + " | ".join(header for header, _, _ in _COLUMNS) + " |",
+             "|" + "|".join("---" if i < 2 else "---:" for i in range(len(_COLUMNS))) + "|"]
+    for row in rows:
+        cells = [fmt.format(row[key]) if row[key] is not None else "n/a"
+                 for _, key, fmt in _COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def profile_table(rows: List[dict]) -> str:
+    """Share of SpecDec time per component, for the profiled rows."""
+    profiled = [row for row in rows if row["profile"]]
+    if not profiled:
+        return ""
+    parts = ("encoder", "draft", "verify", "bookkeeping")
+    lines = ["| batch | decoder | total s | " + " | ".join(parts) + " |",
+             "|---|---|---:|" + "---:|" * len(parts)]
+    for row in profiled:
+        prof = row["profile"]
+        shares = " | ".join(f"{100 * prof[f'{p}_share']:.1f}%" for p in parts)
+        lines.append(f"| {row['batch_size']} | {row['name']} | {prof['total_s']:.3f} | "
+                     f"{shares} |")
+    return "\n".join(lines)
+
+
+def markdown_report(results: dict) -> str:
+    """The whole ``results.md``: table, signatures, machine, model and memory."""
+    machine, model, memory = results["machine"], results["model"], results["memory"]
+    parts = [
+        "# BLEU versus speedup",
+        "",
+        f"Test set: {results['test_set']['description']} "
+        f"({results['test_set']['sentences']} sentences). "
+        f"Checkpoint: `{model['checkpoint']}`.",
+        f"Speedup: median wall time of stock beam 1 at the same batch size / this row's "
+        f"({results['timing']['repeats']} interleaved repeats after "
+        f"{results['timing']['warmup_batches']} warm-up batches).",
+        "",
+        markdown_table(results["rows"]),
+        "",
+        f"BLEU: `{results['signatures']['bleu']}`  ",
+        f"chrF: `{results['signatures']['chrf']}`",
+        "",
+        _machine_line(machine),
+        f"Parameters: verifier {model['parameters']['verifier']:,}, draft head "
+        f"{model['parameters']['draft_head']:,}. "
+        f"Peak RSS {memory['peak_rss_mib']:.0f} MiB"
+        + (f", CUDA peak {memory['cuda_peak_mib']:.0f} MiB." if memory["cuda_peak_mib"]
+           else "."),
+    ]
+    profile = profile_table(results["rows"])
+    if profile:
+        parts += ["", "## SpecDec time split (one extra, instrumented pass)", "", profile]
+    return "\n".join(parts) + "\n"
+
+
+def _machine_line(machine: Dict) -> str:
+    device = machine["gpu"] or machine["cpu"]
+    return (f"Machine: {device} ({machine['device']}), {machine['torch_threads']} torch "
+            f"threads; torch {machine['torch']}, fairseq {machine['fairseq']}, "
+            f"sacrebleu {machine['sacrebleu']}.  ")

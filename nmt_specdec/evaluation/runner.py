@@ -1,0 +1,130 @@
+"""Warm-up and interleaved, timed decoding passes over the whole test set.
+
+Every (configuration, batch size) is one :class:`Run`. Each repeat times every
+run once, in an order rotated by one per repeat, so that slow drifts of the
+machine (thermal, other load) spread over all configurations instead of
+favouring whichever always came first.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional
+
+import torch
+from torch import nn
+
+from nmt_specdec.evaluation.config import DecoderSpec
+from nmt_specdec.evaluation.loading import prepare_model
+from nmt_specdec.evaluation.testset import Batch
+from nmt_specdec.stats import SpecDecStats
+
+
+@dataclass
+class Run:
+    """One configuration at one batch size, and what its measurements found.
+
+    Attributes:
+        spec: the decoder configuration.
+        batch_size: sentences per batch.
+        generator: the fairseq generator (stock or SpecDec).
+        batches: the test set, collated and on the device.
+        seconds: wall time of each timed pass.
+        outputs: sentence index -> output token ids (EOS included), from the first pass.
+        target_tokens: output tokens of one pass (EOS included, as fairseq-generate counts).
+        stats: SpecDec statistics of the first pass (None for stock).
+        cuda_peak_bytes: largest CUDA peak allocation over the passes (None on CPU).
+    """
+
+    spec: DecoderSpec
+    batch_size: int
+    generator: nn.Module
+    batches: List[Batch]
+    seconds: List[float] = field(default_factory=list)
+    outputs: Dict[int, List[int]] = field(default_factory=dict)
+    target_tokens: int = 0
+    stats: Optional[SpecDecStats] = None
+    cuda_peak_bytes: Optional[int] = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name} bs{self.batch_size}"
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def synchronize(device: torch.device) -> None:
+    """Waits for queued CUDA work, so that wall time covers it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def decode_pass(task, model: nn.Module, run: Run, device: torch.device,
+                batches: Optional[List[Batch]] = None) -> tuple:
+    """Decodes ``batches`` (default: all of the run's) once, timed.
+
+    Only ``task.inference_step`` (as fairseq-generate calls it) is inside the
+    timed region; outputs are read back after the clock stops. Python's garbage
+    collector runs just before and is paused inside, so that a collection
+    triggered by one configuration's garbage is not charged to the next.
+
+    Returns:
+        ``(seconds, hypotheses)``: wall time and fairseq's n-best lists per batch.
+    """
+    prepare_model(model, run.spec)
+    if run.spec.kind == "specdec":
+        run.generator.stats = SpecDecStats()  # per measurement
+    gc.collect()
+    gc.disable()
+    try:
+        synchronize(device)
+        start = time.perf_counter()
+        hypotheses = [task.inference_step(run.generator, [model], batch.sample)
+                      for batch in (run.batches if batches is None else batches)]
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return seconds, hypotheses
+
+
+def warm_up(task, model: nn.Module, runs: Iterable[Run], device: torch.device,
+            num_batches: int, progress) -> None:
+    """Decodes the first ``num_batches`` batches of every run, untimed."""
+    if num_batches == 0:
+        return
+    for run in progress(list(runs), desc="warm-up"):
+        decode_pass(task, model, run, device, run.batches[:num_batches])
+
+
+def measure(task, model: nn.Module, runs: List[Run], device: torch.device,
+            repeats: int, progress) -> None:
+    """Times every run ``repeats`` times, interleaved; fills the runs' results."""
+    schedule = [(repeat, runs[(i + repeat) % len(runs)])
+                for repeat in range(repeats) for i in range(len(runs))]
+    bar = progress(schedule, desc="measure")
+    for repeat, run in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(run.label)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        seconds, hypotheses = decode_pass(task, model, run, device)
+        run.seconds.append(seconds)
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device)
+            run.cuda_peak_bytes = max(peak, run.cuda_peak_bytes or 0)
+        if repeat == 0:
+            _record_outputs(run, hypotheses)
+
+
+def _record_outputs(run: Run, hypotheses: List[List[List[dict]]]) -> None:
+    for batch, nbest_lists in zip(run.batches, hypotheses):
+        for sentence, nbest in zip(batch.ids, nbest_lists):
+            run.outputs[sentence] = nbest[0]["tokens"].tolist()
+    run.target_tokens = sum(len(tokens) for tokens in run.outputs.values())
+    run.stats = run.generator.stats if run.spec.kind == "specdec" else None

@@ -1,0 +1,255 @@
+"""``scripts/evaluate_speed.py`` end to end on a tiny random-init model (issue #6).
+
+Everything is built in this process (no fairseq CLI subprocesses, which cost
+seconds each): toy reversal text, a toy SentencePiece model, a binarized test
+split, and a random ``specdec_transformer`` checkpoint saved as fairseq saves
+them. The numbers are not checked, only the files' schema and sanity bounds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.fairseq_toy import make_toy_data
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "evaluate_speed.py"
+TINY_DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+             "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+             "--encoder-layers", "1", "--decoder-layers", "1",
+             "--encoder-attention-heads", "2", "--decoder-attention-heads", "2")
+ROW_KEYS = {
+    "name": str, "decoder": str, "beam": int, "batch_size": int, "wall_s_median": float,
+    "wall_s": list, "sentences_per_s": float, "target_tokens": int,
+    "target_tokens_per_s": float, "speedup": float, "bleu": float, "chrf": float,
+    "differs_from_greedy": int, "equals_greedy": bool,
+}
+SPECDEC_KEYS = {"k": int, "beta": int, "tau": float, "mean_accepted_tokens": float,
+                "iterations_per_sentence": float, "profile": dict}
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("evaluate_speed", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _spm_pieces(raw: Path, root: Path):
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=[str(raw / "train.src"), str(raw / "train.tgt")], model_prefix=str(root / "spm"),
+        vocab_size=30, model_type="unigram", hard_vocab_limit=False, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
+    return root / "spm.model", lambda line: " ".join(sp.encode(line, out_type=str))
+
+
+def _binarize_in_process(raw: Path, data: Path, encode) -> None:
+    """What fairseq-preprocess --joined-dictionary writes, for the test split."""
+    from fairseq.data import Dictionary, indexed_dataset
+
+    pieces = {side: [encode(line) for line in (raw / f"{split}.{side}").read_text().splitlines()]
+              for split in ("train",) for side in ("src", "tgt")}
+    dictionary = Dictionary()
+    for lines in pieces.values():
+        for line in lines:
+            for piece in line.split():
+                dictionary.add_symbol(piece)
+    dictionary.finalize()
+    data.mkdir(parents=True)
+    for side in ("src", "tgt"):
+        dictionary.save(str(data / f"dict.{side}.txt"))
+        prefix = str(data / f"test.src-tgt.{side}")
+        builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap",
+                                               vocab_size=len(dictionary))
+        for line in (raw / f"test.{side}").read_text().splitlines():
+            builder.add_item(dictionary.encode_line(encode(line), add_if_not_exist=False))
+        builder.finalize(prefix + ".idx")
+
+
+def _save_random_checkpoint(data: Path, path: Path, task: str, arch: str, extra=()) -> Path:
+    """A random-init model saved in fairseq's checkpoint format (cfg + model)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(data), "--task", task, "--arch", arch, "-s", "src", "-t", "tgt",
+        "--dropout", "0", *TINY_DIMS, *extra])
+    torch.manual_seed(0)
+    model = tasks.setup_task(args).build_model(args)
+    cfg = OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True,
+                                 enum_to_str=True)
+    history = [{"criterion_name": "x", "optimizer_name": "x", "num_updates": 0,
+                "lr_scheduler_state": {"best": None}}]
+    torch.save({"args": None, "cfg": cfg, "model": model.state_dict(),
+                "optimizer_history": history, "extra_state": {}}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    script = _load_script()  # registers the plugin (task, model, safe loader)
+    root = tmp_path_factory.mktemp("evaluate_speed")
+    raw = make_toy_data(root / "raw", n=200, seed=3, splits={"train": 1.0, "test": 0.1})
+    spm_model, encode = _spm_pieces(raw, root)
+    _binarize_in_process(raw, root / "data", encode)
+    specdec = _save_random_checkpoint(
+        root / "data", root / "specdec.pt", "translation_specdec", "specdec_transformer_tiny",
+        ("--draft-layers", "1", "--draft-block-size", "4"))
+    stock = _save_random_checkpoint(root / "data", root / "stock.pt", "translation", "transformer")
+    return {"script": script, "root": root, "raw": raw, "data": root / "data",
+            "spm": spm_model, "specdec": specdec, "stock": stock}
+
+
+def _config(toy: dict, out: str, **changes):
+    values = dict(checkpoint=str(toy["specdec"]), out=str(toy["root"] / out),
+                  data=str(toy["data"]), source_lang="src", target_lang="tgt",
+                  spm_model=str(toy["spm"]), beams=(1, 2), max_len_a=1.0, max_len_b=4,
+                  grid_k=(4,), grid_beta=(1, 3), grid_tau=(1.0,), batch_sizes=(1, 4),
+                  repeats=1, warmup_batches=1, progress=False)
+    values.update(changes)
+    return toy["script"].EvalConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def binarized_results(toy: dict) -> dict:
+    return toy["script"].run(_config(toy, "binarized", profile=True))
+
+
+def _check_types(row: dict, keys: dict) -> None:
+    for key, kind in keys.items():
+        assert isinstance(row[key], kind), (row["name"], key, row[key])
+
+
+def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
+    on_disk = json.loads((toy["root"] / "binarized" / "results.json").read_text())
+    assert on_disk["rows"] == json.loads(json.dumps(binarized_results["rows"]))
+    for key in ("command", "config", "machine", "model", "test_set", "timing", "memory",
+                "signatures", "rows"):
+        assert key in on_disk
+    assert on_disk["machine"]["torch_threads"] == 1
+    assert {"cpu", "gpu", "torch", "fairseq", "sacrebleu"} <= set(on_disk["machine"])
+    params = on_disk["model"]["parameters"]
+    assert params["verifier"] > 0 and params["draft_head"] > 0
+    assert params["verifier"] + params["draft_head"] == params["total"]
+    assert on_disk["memory"]["peak_rss_mib"] > 0
+    assert on_disk["signatures"]["bleu"].startswith("nrefs:1|")
+    assert on_disk["test_set"]["sentences"] == 20
+
+    rows = on_disk["rows"]
+    names = {"stock beam1", "stock beam2", "specdec k4 beta1", "specdec k4 beta3 tau1"}
+    assert sorted((r["batch_size"], r["name"]) for r in rows) == sorted(
+        (bs, name) for bs in (1, 4) for name in names)
+    for row in rows:
+        _check_types(row, ROW_KEYS)
+        assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100
+        assert row["speedup"] > 0 and row["sentences_per_s"] > 0
+        if row["decoder"] == "specdec":
+            _check_types(row, SPECDEC_KEYS)
+            assert row["mean_accepted_tokens"] >= 1
+            assert set(row["profile"]) >= {"encoder_s", "draft_s", "verify_s", "bookkeeping_s"}
+        else:
+            assert row["mean_accepted_tokens"] is None and row["profile"] is None
+        if row["name"] == "stock beam1":
+            assert row["speedup"] == 1.0 and row["differs_from_greedy"] == 0
+        if row["name"] == "specdec k4 beta1":  # lossless: fp32 CPU greedy, same batches
+            assert row["differs_from_greedy"] == 0 and row["equals_greedy"]
+
+
+def test_markdown_has_a_row_per_configuration(binarized_results: dict, toy: dict) -> None:
+    text = (toy["root"] / "binarized" / "results.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    for row in binarized_results["rows"]:
+        assert any(line.startswith(f"| {row['batch_size']} | {row['name']} |")
+                   for line in table), row["name"]
+    assert "nrefs:1|" in text and "encoder" in text  # signature and profile table
+
+
+def test_plot_is_a_valid_png(binarized_results: dict, toy: dict) -> None:
+    from PIL import Image
+
+    path = toy["root"] / "binarized" / "bleu_vs_speedup.png"
+    assert path.stat().st_size > 0
+    with Image.open(path) as image:
+        image.verify()
+        assert image.format == "PNG" and image.size[0] > 0 and image.size[1] > 0
+
+
+def test_raw_text_input_decodes_like_binarized(binarized_results: dict, toy: dict) -> None:
+    raw = toy["raw"]
+    results = toy["script"].run(_config(
+        toy, "raw", src_file=str(raw / "test.src"), ref_file=str(raw / "test.tgt"),
+        stock_only=True, beams=(1,), batch_sizes=(4,)))
+    [row] = results["rows"]
+    [same] = [r for r in binarized_results["rows"]
+              if r["name"] == "stock beam1" and r["batch_size"] == 4]
+    assert row["bleu"] == same["bleu"] and row["chrf"] == same["chrf"]
+
+
+def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
+    from nmt_specdec.errors import UserError
+
+    with pytest.raises(UserError, match="--stock-only"):
+        toy["script"].run(_config(toy, "stock", checkpoint=str(toy["stock"])))
+    results = toy["script"].run(_config(toy, "stock", checkpoint=str(toy["stock"]),
+                                        stock_only=True, batch_sizes=(4,), max_sentences=8))
+    assert [r["name"] for r in results["rows"]] == ["stock beam1", "stock beam2"]
+    assert results["model"]["parameters"]["draft_head"] == 0
+    assert results["test_set"]["sentences"] == 8
+
+
+def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) -> None:
+    out = toy["root"] / "cli"
+    argv = ["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]), "-s", "src",
+            "-t", "tgt", "--spm-model", str(toy["spm"]), "--max-sentences", "6",
+            "--beams", "1", "--grid-k", "2", "--grid-beta", "1", "--batch-sizes", "3",
+            "--max-len-a", "1", "--max-len-b", "4", "--repeats", "1", "--threads", "1",
+            "--no-progress", "--out", str(out)]
+    assert toy["script"].main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| 3 | stock beam1 |" in printed and "| 3 | specdec k2 beta1 |" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert results["test_set"]["sentences"] == 6
+    assert results["config"]["max_sentences"] == 6 and "--max-sentences 6" in results["command"]
+
+
+def test_refuses_to_load_without_the_safe_loader(toy: dict, monkeypatch) -> None:
+    from fairseq import checkpoint_utils
+
+    from nmt_specdec.errors import UserError
+
+    monkeypatch.setattr(checkpoint_utils, "load_checkpoint_to_cpu", lambda *a, **k: {})
+    with pytest.raises(UserError, match="import fairseq_plugins"):
+        toy["script"].run(_config(toy, "unsafe"))
+
+
+def test_console_entry_point_is_declared() -> None:
+    import importlib
+    import tomllib
+
+    pyproject = tomllib.loads((SCRIPT.parents[1] / "pyproject.toml").read_text())
+    module, _, name = pyproject["project"]["scripts"]["nmt-specdec-evaluate"].partition(":")
+    assert callable(getattr(importlib.import_module(module), name))
+
+
+def test_pareto_front_keeps_only_undominated_points() -> None:
+    from nmt_specdec.evaluation.plot import pareto_front
+
+    # (speedup, BLEU): (1.5, 8) is beaten by (2, 9) on both axes; (1, 10) ties nobody.
+    points = [(1.0, 10.0), (2.0, 9.0), (0.5, 11.0), (1.5, 8.0), (2.0, 9.0)]
+    assert pareto_front(points) in ([2, 0, 1, 4], [2, 0, 4, 1])
+
+
+def test_main_prints_one_line_error(toy: dict, capsys: pytest.CaptureFixture) -> None:
+    code = toy["script"].main(["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]),
+                               "--out", str(toy["root"] / "err")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--spm-model" in err and "\n" not in err
