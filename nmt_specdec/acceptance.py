@@ -74,7 +74,8 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
         raise ValueError(f"tau must be >= 0, got {tau}")
     num_slots = drafts.size(1)
     # topk (not argmax) so that ties break exactly as in fairseq's beam search.
-    top_values, top_indices = lprobs.topk(beta, dim=-1)  # (B, K+1, beta)
+    # beta >= V admits the whole vocabulary (topk itself would raise).
+    top_values, top_indices = lprobs.topk(min(beta, lprobs.size(-1)), dim=-1)  # (B, K+1, beta)
     draft_lprobs = lprobs[:, :num_slots].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
     in_top_beta = (top_indices[:, :num_slots] == drafts.unsqueeze(-1)).any(-1)  # (B, K)
     # A -inf draft is never accepted, even when beta exceeds the finite entries

@@ -50,9 +50,13 @@ def append_ragged(buffer: Tensor, lengths: Tensor, new: Tensor, counts: Tensor, 
         buffer = buffer.clone()
     slot = torch.arange(width, device=new.device).unsqueeze(0)  # (1, N)
     keep = slot < counts.unsqueeze(1)  # (B, N)
-    target = (lengths.unsqueeze(1) + slot).masked_fill(~keep, 0)  # (B, N)
-    current = buffer.gather(1, target)
-    return buffer.scatter(1, target, torch.where(keep, new, current))
+    # Unused values go to a scratch column that is dropped afterwards: routing
+    # them to a real slot would race with a kept write there (scatter with
+    # duplicate indices keeps an arbitrary one), e.g. at slot 0 when a length is 0.
+    scratch = buffer.size(1)
+    buffer = torch.cat([buffer, buffer.new_full((batch, 1), fill)], dim=1)  # (B, T''+1)
+    target = (lengths.unsqueeze(1) + slot).masked_fill(~keep, scratch)  # (B, N)
+    return buffer.scatter(1, target, new)[:, :scratch]
 
 
 def left_pad(tokens: Tensor, lengths: Tensor, pad: int) -> Tensor:
