@@ -20,9 +20,10 @@ from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from fairseq_plugins import inference_inputs, load_guards  # noqa: F401  (issue #8)
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
+from fairseq_plugins.generators import build_decoder
 from nmt_specdec.errors import UserError
-from nmt_specdec.generator import SpecDecGenerator, SpecDecOptions
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,12 @@ class TranslationSpecDecConfig(TranslationConfig):
     )
     deterministic: bool = field(
         default=False,
-        metadata={"help": "batch-invariant output: replay committed tokens in a fixed "
-                          "shape and recompute mismatches"},
+        metadata={"help": "batch-invariant output (greedy only): replay committed tokens "
+                          "in a fixed shape and recompute mismatches"},
+    )
+    deterministic_window: int = field(
+        default=32,
+        metadata={"help": "positions per fixed-shape replay pass of --deterministic"},
     )
     distill_data: Optional[str] = field(
         default=None,
@@ -80,6 +85,24 @@ class TranslationSpecDecTask(TranslationTask):
     def __init__(self, cfg: TranslationSpecDecConfig, src_dict, tgt_dict):
         _validate_decoding_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
+
+    # -- hostile raw input (issue #8): see fairseq_plugins/inference_inputs.py --
+
+    @classmethod
+    def setup_task(cls, cfg: TranslationSpecDecConfig, **kwargs):
+        inference_inputs.tolerate_invalid_stdin()
+        try:
+            return super().setup_task(cfg, **kwargs)
+        except FileNotFoundError as err:
+            raise UserError(f"data directory {cfg.data}: no such file {err.filename} "
+                            "(it needs dict.SRC.txt and dict.TGT.txt from "
+                            "fairseq-preprocess)") from None
+
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        return inference_inputs.interactive_tokens(self, lines, encode_fn)
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        return inference_inputs.inference_dataset(self, src_tokens, src_lengths, constraints)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         distill = self.cfg.distill_data if split == self.cfg.train_subset else None
@@ -118,29 +141,12 @@ class TranslationSpecDecTask(TranslationTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
+        stock = None
         if not self.cfg.spec_decoding:
-            return super().build_generator(
+            stock = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
-        if len(models) != 1:
-            raise UserError("--spec-decoding decodes with one model, not an ensemble")
-        model = models[0]
-        if not hasattr(model, "draft_head"):
-            raise UserError(
-                "--spec-decoding needs a checkpoint with a draft head; train one with "
-                "--arch specdec_transformer_* (or add one to this model with "
-                "--init-from-ar-checkpoint CKPT --freeze-verifier)"
-            )
-        if getattr(args, "beam", 1) != 1:
-            logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
-                           "(use --spec-beta/--spec-tau to relax)", args.beam)
-        options = SpecDecOptions(
-            k=self.cfg.spec_k or model.draft_block_size,
-            beta=self.cfg.spec_beta,
-            tau=self.cfg.spec_tau,
-            deterministic=self.cfg.deterministic,
-        )
-        return SpecDecGenerator.from_generation_args(model, self.target_dictionary, options, args)
+        return build_decoder(self.cfg, models, self.target_dictionary, args, stock)
 
 
 def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
@@ -151,6 +157,8 @@ def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
                         f"{cfg.max_target_positions}")
     if cfg.spec_beta < 1:
         raise UserError(f"--spec-beta must be >= 1, got {cfg.spec_beta}")
+    if cfg.deterministic_window < 1:
+        raise UserError(f"--deterministic-window must be >= 1, got {cfg.deterministic_window}")
     if cfg.spec_tau < 0:
         raise UserError(f"--spec-tau must be >= 0, got {cfg.spec_tau}")
     if cfg.freeze_verifier and not cfg.init_from_ar_checkpoint:

@@ -66,6 +66,16 @@ class LengthRules:
     len_penalty: float = 1.0
     per_sentence: bool = False
 
+    @classmethod
+    def from_generation_args(cls, args, model, per_sentence: bool = False) -> "LengthRules":
+        """Reads fairseq's GenerationConfig (``--max-len-a``, ``--min-len``, ...)."""
+        return cls(
+            max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+            max_positions=model.max_decoder_positions(),
+            min_len=args.min_len, unk_penalty=args.unkpen, len_penalty=args.lenpen,
+            per_sentence=per_sentence,
+        )
+
     def max_lengths(self, src_tokens: Tensor, pad: int) -> Tensor:
         """(B,) step at which each sentence is forced to emit EOS."""
         own = src_tokens.ne(pad).long().sum(dim=1)
@@ -139,12 +149,7 @@ class SpecDecGenerator(nn.Module):
     def from_generation_args(cls, model, tgt_dict, options: SpecDecOptions, args,
                              drafter: Optional[Drafter] = None) -> "SpecDecGenerator":
         """Builds the generator from fairseq's GenerationConfig (``--max-len-a`` etc.)."""
-        rules = LengthRules(
-            max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-            max_positions=model.max_decoder_positions(),
-            min_len=args.min_len, unk_penalty=args.unkpen, len_penalty=args.lenpen,
-            per_sentence=options.deterministic,
-        )
+        rules = LengthRules.from_generation_args(args, model, per_sentence=options.deterministic)
         return cls(model, tgt_dict, options, rules, drafter)
 
     @torch.no_grad()

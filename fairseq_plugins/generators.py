@@ -1,0 +1,76 @@
+"""Which generator a ``translation_specdec`` decode uses, from the task options.
+
+- plain: fairseq's own generator (stock ``SequenceGenerator`` etc.);
+- ``--spec-decoding``: :class:`SpecDecGenerator`;
+- ``--deterministic``: either of the greedy ones above as the fast path, wrapped
+  in the fixed-shape replay of :mod:`nmt_specdec.determinism`.
+"""
+
+import logging
+
+from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
+from nmt_specdec.drafters import DraftHeadDrafter
+from nmt_specdec.errors import UserError
+from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
+
+logger = logging.getLogger(__name__)
+
+
+def build_decoder(cfg, models, tgt_dict, args, stock=None):
+    """Returns the generator for ``cfg`` (the task config) and generation ``args``.
+
+    Args:
+        stock: the generator fairseq's ``translation`` task built (None with
+            ``--spec-decoding``).
+    """
+    if cfg.spec_decoding:
+        fast = _spec_generator(cfg, models, tgt_dict, args)
+    else:
+        fast = stock
+    if not cfg.deterministic:
+        return fast
+    return _deterministic(cfg, models, tgt_dict, args, fast)
+
+
+def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
+    if len(models) != 1:
+        raise UserError("--spec-decoding decodes with one model, not an ensemble")
+    model = models[0]
+    if not hasattr(model, "draft_head"):
+        raise UserError(
+            "--spec-decoding needs a checkpoint with a draft head; train one with "
+            "--arch specdec_transformer_* (or add one to this model with "
+            "--init-from-ar-checkpoint CKPT --freeze-verifier)"
+        )
+    if getattr(args, "beam", 1) != 1:
+        logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
+                       "(use --spec-beta/--spec-tau to relax)", args.beam)
+    options = SpecDecOptions(
+        k=cfg.spec_k or model.draft_block_size,
+        beta=cfg.spec_beta,
+        tau=cfg.spec_tau,
+        deterministic=cfg.deterministic,
+    )
+    return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args)
+
+
+def _deterministic(cfg, models, tgt_dict, args, fast) -> DeterministicGenerator:
+    # Only greedy verification is batch-invariant: with beta > 1 or a beam the
+    # result would depend on which candidates the batched fast path proposed.
+    if cfg.spec_decoding and cfg.spec_beta != 1:
+        raise UserError("--deterministic needs --spec-beta 1 (relaxed acceptance depends "
+                        "on the drafts the batch happened to propose)")
+    if not cfg.spec_decoding and (getattr(args, "beam", 1) != 1 or getattr(args, "sampling", False)):
+        raise UserError("--deterministic replays greedy decoding: use --beam 1 without "
+                        "--sampling")
+    if len(models) != 1:
+        raise UserError("--deterministic decodes with one model, not an ensemble")
+    model = models[0]
+    rules = LengthRules.from_generation_args(args, model, per_sentence=True)
+    drafter, k = None, 0
+    if hasattr(model, "draft_head"):
+        drafter = DraftHeadDrafter(model.draft_head, tgt_dict.pad())
+        k = cfg.spec_k or model.draft_block_size
+    replay = FixedShapeReplay(model, tgt_dict, rules, window=cfg.deterministic_window,
+                              drafter=drafter, k=k)
+    return DeterministicGenerator(fast, replay, tgt_dict)
