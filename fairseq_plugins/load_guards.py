@@ -1,0 +1,66 @@
+"""Glue: a checkpoint that does not fit the model is a one-line user error.
+
+fairseq reports a checkpoint trained on another dictionary (embedding rows !=
+dictionary size, e.g. data encoded with another SentencePiece model) or with
+another architecture as a multi-line ``RuntimeError`` from ``load_state_dict``
+(generate, interactive, the hub interface) or as a bare ``Exception("Cannot
+load model parameters ...")`` (train's resume). Importing this module wraps
+both loaders, once per process, so that these failures become a
+:class:`~nmt_specdec.errors.CheckpointError`, which the plugin's excepthook
+prints as one ``error:`` line with exit status 2. Everything else propagates
+unchanged. The message is built by :mod:`nmt_specdec.load_errors`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from fairseq import checkpoint_utils
+from fairseq.trainer import Trainer
+
+from nmt_specdec.load_errors import state_dict_mismatch
+
+_MARK = "_nmt_specdec_load_guard"
+
+
+def _guard_ensemble_loader(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def load_model_ensemble_and_task(filenames, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(filenames, *args, **kwargs)
+        except RuntimeError as exc:
+            error = state_dict_mismatch(exc, ", ".join(map(str, filenames)))
+            if error is None:
+                raise
+            raise error from None
+
+    setattr(load_model_ensemble_and_task, _MARK, True)
+    return load_model_ensemble_and_task
+
+
+def _guard_trainer_loader(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def load_checkpoint(self, filename, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, filename, *args, **kwargs)
+        except Exception as exc:  # fairseq raises a bare Exception here
+            error = state_dict_mismatch(exc, str(filename))
+            if error is None:
+                raise
+            raise error from None
+
+    setattr(load_checkpoint, _MARK, True)
+    return load_checkpoint
+
+
+def install() -> None:
+    """Wraps fairseq's two model-state loaders (idempotent)."""
+    if not getattr(checkpoint_utils.load_model_ensemble_and_task, _MARK, False):
+        checkpoint_utils.load_model_ensemble_and_task = _guard_ensemble_loader(
+            checkpoint_utils.load_model_ensemble_and_task)
+    if not getattr(Trainer.load_checkpoint, _MARK, False):
+        Trainer.load_checkpoint = _guard_trainer_loader(Trainer.load_checkpoint)
+
+
+install()

@@ -1,0 +1,76 @@
+"""One-line explanations of checkpoints that unpickle but do not fit the model.
+
+A checkpoint can load safely and still not match what fairseq builds from the
+command line: a different dictionary (its embeddings have another number of
+rows than ``dict.*.txt`` has symbols, e.g. data encoded with another
+SentencePiece model) or a different architecture (missing or unexpected
+parameters). torch reports both as a multi-line ``RuntimeError``; this module
+turns that report into one sentence for a :class:`CheckpointError`.
+
+Pure logic: no fairseq import. The glue is ``fairseq_plugins/load_guards.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from nmt_specdec.errors import CheckpointError
+
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) "
+    r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)"
+)
+_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ((?:\"[^\"]+\"(?:, )?)+)")
+
+
+def state_dict_mismatch(exc: BaseException, checkpoint: str) -> Optional[CheckpointError]:
+    """Explains torch's ``load_state_dict`` failure in one line.
+
+    Args:
+        exc: the exception raised while loading the checkpoint's parameters
+            (fairseq's trainer wraps it; its ``__context__`` is then searched).
+        checkpoint: the checkpoint path, for the message.
+
+    Returns:
+        The error to raise instead, or ``None`` if ``exc`` is no parameter mismatch.
+    """
+    text = _mismatch_text(exc)
+    if text is None:
+        return None
+    size = _SIZE_MISMATCH.search(text)
+    if size:
+        name, saved, built = size.group(1), size.group(2), size.group(3)
+        if "embed_tokens" in name or "output_projection" in name:
+            return CheckpointError(
+                f"checkpoint {checkpoint} does not match the dictionary: its {name} has "
+                f"{saved.split(',')[0]} rows but the dictionary has {built.split(',')[0]} "
+                "symbols; use the data directory (dict.*.txt) and SentencePiece model "
+                "the checkpoint was trained with"
+            )
+        return CheckpointError(
+            f"checkpoint {checkpoint} does not match the architecture: {name} has shape "
+            f"[{saved}] in the checkpoint but [{built}] in the model built from the "
+            "options; pass the checkpoint's own --arch and size options"
+        )
+    keys = _KEYS.search(text)
+    detail = ""
+    if keys:
+        names = [k.strip('"') for k in keys.group(2).split(", ")]
+        detail = f" ({keys.group(1).lower()} parameters: {', '.join(names[:3])}" + (
+            ", ...)" if len(names) > 3 else ")")
+    return CheckpointError(
+        f"checkpoint {checkpoint} does not match the architecture{detail}; it was "
+        "trained with another --arch (or other model options)"
+    )
+
+
+def _mismatch_text(exc: Optional[BaseException]) -> Optional[str]:
+    """torch's ``Error(s) in loading state_dict`` message in ``exc`` or its context."""
+    seen = 0
+    while exc is not None and seen < 4:
+        if isinstance(exc, RuntimeError) and "Error(s) in loading state_dict" in str(exc):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None

@@ -1,0 +1,446 @@
+"""``nmt-specdec-translate``: raw text in, raw translations out, line for line.
+
+Reads raw source text (a file or stdin), encodes it with SentencePiece,
+translates it with one fairseq checkpoint (SpecDec draft-and-verify with
+``--spec-decoding``, else fairseq's beam search), detokenizes, and writes
+exactly one output line per input line, in input order, whatever the input:
+
+* **Lines** are split at ``\\n`` only (a trailing ``\\r`` is dropped), so a
+  stray ``\\r``, form feed or U+2028 inside a line never adds an output line.
+* **Control characters** (Unicode category Cc), line/paragraph separators and
+  all other whitespace become one space; a byte-order mark is removed; lone
+  surrogates become U+FFFD. Emoji, CJK, right-to-left text and combining marks
+  are left alone: SentencePiece normalizes them (NFKC) and maps symbols it
+  does not know to ``<unk>``.
+* **Invalid UTF-8** is decoded with ``errors="replace"`` (each bad byte
+  sequence becomes U+FFFD, hence ``<unk>``) and a warning names the line.
+  Rejecting the file would lose every good line for one bad byte, and
+  skipping the line would break the one-line-per-line contract.
+* **Empty or whitespace-only** lines give an empty output line; the model is
+  not called for them.
+* **Over-long lines** (more pieces than the model has source positions) are
+  split into chunks, preferably after sentence punctuation, else before a
+  word, else at the length limit; each chunk is translated on its own and the
+  translations are joined with a space. A warning names the line. Nothing is
+  truncated or dropped.
+
+Sentences are decoded in length-sorted batches of ``--batch-size`` and put
+back in input order. The whole input is read into memory first.
+
+Shapes: B sentences in a batch, S source pieces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, List, NamedTuple, Optional, Sequence
+
+from nmt_specdec.errors import UserError
+
+logger = logging.getLogger("nmt_specdec.translate")
+
+SPIECE_UNDERLINE = "\u2581"
+# A chunk of an over-long line preferably ends after one of these.
+SENTENCE_END = (".", "!", "?", ";", ":", "\u2026", "\u3002", "\uff01", "\uff1f", "\uff1b",
+                "\u061f", "\u0964")
+INVALID_BYTES_HELP = ("invalid UTF-8 bytes are replaced by U+FFFD (decoded with "
+                      "errors='replace') and a warning names the line")
+LONG_LINE_HELP = ("a line longer than the model's source positions is split at sentence "
+                  "punctuation or word boundaries, each chunk translated, and the results "
+                  "joined with a space (a warning names the line)")
+
+
+# ------------------------------------------------------------ text (pure)
+
+
+def split_lines(data: bytes) -> List[bytes]:
+    """Raw input lines, split at ``\\n`` only, without terminators (``\\r\\n`` too)."""
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def decode_lines(raw: Sequence[bytes]) -> List[str]:
+    """UTF-8 text of each line; invalid bytes become U+FFFD, with a warning per line."""
+    text = []
+    for number, line in enumerate(raw, start=1):
+        try:
+            text.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            logger.warning("input line %d: invalid UTF-8 bytes replaced by U+FFFD", number)
+            text.append(line.decode("utf-8", errors="replace"))
+    return text
+
+
+def clean_text(text: str) -> str:
+    """One line of text as the model should see it (see the module docstring).
+
+    Returns:
+        ``text`` without control characters, BOMs or lone surrogates, with every
+        whitespace run collapsed to one space and no leading/trailing space.
+    """
+    chars = []
+    for ch in text:
+        category = unicodedata.category(ch)
+        if ch == "\ufeff":
+            continue
+        if category == "Cs":  # a lone surrogate (e.g. from surrogateescape)
+            chars.append("\ufffd")
+        elif category in ("Cc", "Zl", "Zp"):
+            chars.append(" ")
+        else:
+            chars.append(ch)
+    return " ".join("".join(chars).split())
+
+
+def chunk_pieces(pieces: Sequence[str], limit: int) -> List[List[str]]:
+    """Splits a piece sequence into chunks of at most ``limit`` pieces.
+
+    Each cut is after the last sentence-final piece that fits, else before
+    the last word-initial piece (``▁...``) that fits, else at ``limit``.
+
+    Args:
+        pieces: (S,) SentencePiece pieces of one line.
+        limit: most pieces per chunk (the model's source positions minus EOS).
+
+    Returns:
+        Chunks whose concatenation is ``pieces``; one chunk if it fits.
+    """
+    if limit < 1:
+        raise ValueError(f"chunk limit must be >= 1, got {limit}")
+    chunks, start = [], 0
+    while len(pieces) - start > limit:
+        cut = _cut_point(pieces, start, limit)
+        chunks.append(list(pieces[start:cut]))
+        start = cut
+    chunks.append(list(pieces[start:]))
+    return chunks
+
+
+def _cut_point(pieces: Sequence[str], start: int, limit: int) -> int:
+    """Index where the chunk starting at ``start`` ends (exclusive)."""
+    end = start + limit
+    for i in range(end - 1, start - 1, -1):
+        if pieces[i].endswith(SENTENCE_END):
+            return i + 1
+    for i in range(end - 1, start, -1):
+        if pieces[i].startswith(SPIECE_UNDERLINE):
+            return i
+    return end
+
+
+def detokenize(pieces: str) -> str:
+    """Space-separated pieces back to text, as fairseq's ``--post-process sentencepiece``.
+
+    Whitespace inside the result is collapsed so that a translation is always
+    exactly one line.
+    """
+    text = "".join(pieces.split(" ")).replace(SPIECE_UNDERLINE, " ")
+    return clean_text(text)
+
+
+# ----------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class TranslateConfig:
+    """Options of ``nmt-specdec-translate`` (help strings: :func:`build_parser`)."""
+
+    checkpoint: str
+    spm_model: str
+    input: str = "-"
+    output: str = "-"
+    data: Optional[str] = None
+    source_lang: Optional[str] = None
+    target_lang: Optional[str] = None
+    spec_decoding: bool = False
+    spec_k: Optional[int] = None
+    spec_beta: int = 1
+    spec_tau: float = 0.0
+    beam: int = 5
+    batch_size: int = 32
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    cpu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.spec_k is not None and self.spec_k < 1:
+            raise UserError(f"--spec-k must be >= 1, got {self.spec_k}")
+        if self.spec_beta < 1:
+            raise UserError(f"--spec-beta must be >= 1, got {self.spec_beta}")
+        if not self.spec_tau >= 0:
+            raise UserError(f"--spec-tau must be >= 0, got {self.spec_tau}")
+        if self.beam < 1:
+            raise UserError(f"--beam must be >= 1, got {self.beam}")
+        if self.batch_size < 1:
+            raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
+        for flag, path in (("--spm-model", self.spm_model), ("--input", self.input)):
+            if path != "-" and not os.path.isfile(path):
+                raise UserError(f"{flag}: no such file {path}")
+        if self.data is not None and not os.path.isdir(self.data):
+            raise UserError(f"--data: no such directory {self.data}")
+
+
+# ------------------------------------------------------------ model calls
+
+
+class Translator(NamedTuple):
+    """A loaded checkpoint, ready to translate.
+
+    Attributes:
+        task: the fairseq task (dictionaries, batching, inference_step).
+        model: the model, in eval mode on its device.
+        generator: SpecDecGenerator or fairseq's SequenceGenerator.
+        spm: the SentencePiece processor.
+        max_source_pieces: most pieces one chunk may have (positions minus EOS).
+        device: where the model runs.
+    """
+
+    task: Any
+    model: Any
+    generator: Any
+    spm: Any
+    max_source_pieces: int
+    device: Any
+
+
+def load_translator(cfg: TranslateConfig) -> Translator:
+    """Loads the checkpoint (through the plugin's safe loader) and the generator.
+
+    Raises:
+        UserError: a missing or foreign file, a checkpoint that cannot run the
+            requested decoding, or a SentencePiece model that does not match.
+    """
+    import sentencepiece
+    import torch
+    from fairseq import utils
+
+    try:
+        spm = sentencepiece.SentencePieceProcessor(model_file=cfg.spm_model)
+    except (OSError, RuntimeError) as err:
+        raise UserError(f"--spm-model {cfg.spm_model} is not a SentencePiece model "
+                        f"({' '.join(str(err).split())[:120]})") from None
+    model, task = _load_model(cfg)
+    if cfg.spec_decoding:
+        _check_specdec(cfg, task, model)
+    _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
+    device = torch.device("cuda" if torch.cuda.is_available() and not cfg.cpu else "cpu")
+    model.to(device).eval()
+    generator = _build_generator(cfg, task, model)
+    max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[0]
+    return Translator(task, model, generator, spm, int(max_src) - 1, device)
+
+
+def _load_model(cfg: TranslateConfig):
+    from fairseq import checkpoint_utils
+
+    overrides = {name: value for name, value in (
+        ("data", cfg.data), ("source_lang", cfg.source_lang),
+        ("target_lang", cfg.target_lang)) if value is not None}
+    try:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+            [cfg.checkpoint], arg_overrides=overrides)
+    except FileNotFoundError as err:
+        raise UserError(f"cannot load {cfg.checkpoint}: no such file {err.filename}; pass "
+                        "--data DIR holding the checkpoint's dict.SRC.txt and "
+                        "dict.TGT.txt") from None
+    except KeyError as err:
+        raise UserError(f"{cfg.checkpoint} needs a task or architecture that is not "
+                        f"registered ({err}); is it a fairseq translation checkpoint?"
+                        ) from None
+    return models[0], task
+
+
+def _check_specdec(cfg: TranslateConfig, task, model) -> None:
+    if not hasattr(task.cfg, "spec_decoding") or not hasattr(model, "draft_head"):
+        raise UserError(
+            f"--spec-decoding needs a checkpoint with a draft head, and {cfg.checkpoint} "
+            "has none; train one with --task translation_specdec --arch "
+            "specdec_transformer_* (or decode this one without --spec-decoding)")
+    k = cfg.spec_k or model.draft_block_size
+    if k >= model.max_decoder_positions():
+        raise UserError(f"--spec-k {k} must be below the model's "
+                        f"{model.max_decoder_positions()} target positions")
+
+
+def _check_spm_matches(spm, dictionary, path: str) -> None:
+    """Refuses a SentencePiece model whose pieces the source dictionary lacks."""
+    pieces = [spm.id_to_piece(i) for i in range(spm.get_piece_size())
+              if not (spm.is_control(i) or spm.is_unknown(i))]
+    known = sum(dictionary.index(p) != dictionary.unk() for p in pieces)
+    if pieces and known * 2 < len(pieces):
+        raise UserError(f"--spm-model {path} does not match the checkpoint's source "
+                        f"dictionary: only {known} of its {len(pieces)} pieces are in it; "
+                        "use the SentencePiece model the training data was encoded with")
+
+
+def _build_generator(cfg: TranslateConfig, task, model):
+    from fairseq.dataclass.configs import GenerationConfig
+
+    gen = GenerationConfig()
+    gen.beam = 1 if cfg.spec_decoding else cfg.beam
+    gen.max_len_a, gen.max_len_b = cfg.max_len_a, cfg.max_len_b
+    if hasattr(task.cfg, "spec_decoding"):  # SpecDec options live on the task config
+        task.cfg.spec_decoding = cfg.spec_decoding
+        task.cfg.spec_k, task.cfg.spec_beta = cfg.spec_k, cfg.spec_beta
+        task.cfg.spec_tau = cfg.spec_tau
+    return task.build_generator([model], gen)
+
+
+def translate_lines(lines: Sequence[str], translator: Translator,
+                    batch_size: int) -> List[str]:
+    """Translates text lines; one output line per input line, in order.
+
+    Args:
+        lines: decoded input lines (no newlines).
+        translator: from :func:`load_translator`.
+        batch_size: most sentences (chunks) per model call.
+
+    Returns:
+        Detokenized translations; ``""`` for lines that are empty once cleaned.
+    """
+    owners, sources = [], []
+    src_dict = translator.task.source_dictionary
+    for number, line in enumerate(lines, start=1):
+        text = clean_text(line)
+        pieces = translator.spm.encode(text, out_type=str) if text else []
+        chunks = chunk_pieces(pieces, translator.max_source_pieces) if pieces else []
+        if len(chunks) > 1:
+            logger.warning("input line %d: %d pieces exceed the model's %d source positions; "
+                           "translated in %d chunks joined by spaces", number, len(pieces),
+                           translator.max_source_pieces + 1, len(chunks))
+        for chunk in chunks:
+            owners.append(number - 1)
+            sources.append([src_dict.index(p) for p in chunk] + [src_dict.eos()])
+    parts: List[List[str]] = [[] for _ in lines]
+    for owner, text in zip(owners, _generate(translator, sources, batch_size)):
+        parts[owner].append(text)
+    return [" ".join(p for p in line_parts if p) for line_parts in parts]
+
+
+def _generate(translator: Translator, sources: List[List[int]], batch_size: int) -> List[str]:
+    """Translations of token-id sources, in their order (batched by length)."""
+    import torch
+    from fairseq import utils
+
+    task, tgt_dict = translator.task, translator.task.target_dictionary
+    tensors = [torch.tensor(s, dtype=torch.long) for s in sources]
+    dataset = task.build_dataset_for_inference(tensors, [t.numel() for t in tensors])
+    order = sorted(range(len(tensors)), key=lambda i: tensors[i].numel())
+    strip = {tgt_dict.eos()} | set(getattr(translator.generator,
+                                           "symbols_to_strip_from_output", set()))
+    outputs = [""] * len(tensors)
+    for start in range(0, len(order), batch_size):
+        sample = dataset.collater([dataset[i] for i in order[start:start + batch_size]])
+        sample = utils.move_to_cuda(sample) if translator.device.type == "cuda" else sample
+        hypos = task.inference_step(translator.generator, [translator.model], sample)
+        for row, index in enumerate(sample["id"].tolist()):
+            tokens = hypos[row][0]["tokens"].int().cpu()
+            outputs[index] = detokenize(tgt_dict.string(tokens, extra_symbols_to_ignore=strip))
+    return outputs
+
+
+def run(cfg: TranslateConfig) -> int:
+    """Translates ``cfg.input`` into ``cfg.output``; returns the number of lines written."""
+    try:
+        if cfg.input == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(cfg.input, "rb") as handle:
+                data = handle.read()
+    except OSError as err:
+        raise UserError(f"--input: cannot read {cfg.input}: {err.strerror}") from None
+    lines = decode_lines(split_lines(data))
+    translator = load_translator(cfg)
+    outputs = translate_lines(lines, translator, cfg.batch_size) if lines else []
+    assert len(outputs) == len(lines)
+    payload = "".join(line + "\n" for line in outputs).encode("utf-8")
+    if cfg.output == "-":
+        sys.stdout.buffer.write(payload)
+        sys.stdout.buffer.flush()
+    else:
+        try:
+            with open(cfg.output, "wb") as handle:
+                handle.write(payload)
+        except OSError as err:
+            raise UserError(f"--output: cannot write {cfg.output}: {err.strerror}") from None
+    return len(outputs)
+
+
+# -------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nmt-specdec-translate",
+        description="Translate raw text line by line with a fairseq checkpoint: exactly "
+                    "one output line per input line, in order. Empty lines give empty "
+                    f"lines; {INVALID_BYTES_HELP}; {LONG_LINE_HELP}.")
+    add = parser.add_argument
+    add("--checkpoint", "--path", required=True, metavar="PT", help="fairseq checkpoint")
+    add("--spm-model", required=True, metavar="MODEL",
+        help="SentencePiece model the training data was encoded with")
+    add("--input", "-i", default="-", help="raw source text, one sentence per line "
+        "(default: stdin)")
+    add("--output", "-o", default="-", help="translations (default: stdout)")
+    add("--data", metavar="DIR", help="directory with dict.SRC.txt/dict.TGT.txt "
+        "(default: the checkpoint's training data directory)")
+    add("--source-lang", "-s", help="source language (default: the checkpoint's)")
+    add("--target-lang", "-t", help="target language (default: the checkpoint's)")
+    add("--spec-decoding", action="store_true",
+        help="SpecDec draft-and-verify (needs a checkpoint with a draft head)")
+    add("--spec-k", type=int, help="draft block size K (default: the model's)")
+    add("--spec-beta", type=int, default=1, help="accept drafts in the verifier's top-beta")
+    add("--spec-tau", type=float, default=0.0,
+        help="... and within tau (log-prob) of its top-1")
+    add("--beam", type=int, default=5, help="beam size without --spec-decoding")
+    add("--batch-size", type=int, default=32, help="sentences per model call")
+    add("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b")
+    add("--max-len-b", type=int, default=200, help="max length = a * src_len + b")
+    add("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
+    add("--user-dir", default=None, metavar="DIR",
+        help="fairseq plugin to register (default: this project's fairseq_plugins)")
+    return parser
+
+
+def register_plugin(user_dir: Optional[str]) -> None:
+    """Imports the fairseq plugin: task/model registration and the safe loader."""
+    from fairseq import utils
+
+    if user_dir is None:
+        spec = importlib.util.find_spec("fairseq_plugins")
+        if spec is None or spec.origin is None:
+            raise UserError("cannot find the fairseq_plugins package; pass --user-dir")
+        user_dir = os.path.dirname(spec.origin)
+    if not os.path.isdir(user_dir):
+        raise UserError(f"--user-dir: no such directory {user_dir}")
+    utils.import_user_module(argparse.Namespace(user_dir=user_dir))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``nmt-specdec-translate``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(levelname)s: %(message)s")
+    try:
+        register_plugin(args.user_dir)
+        values = {k: v for k, v in vars(args).items() if k != "user_dir"}
+        run(TranslateConfig(**values))
+    except UserError as err:
+        sys.stdout.flush()
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
