@@ -10,11 +10,13 @@ but never the expensive steps before it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TextIO
 
@@ -25,6 +27,27 @@ LOG = logging.getLogger("nmt_specdec.data")
 
 class RecipeError(UserError):
     """A problem the user can fix (bad path, bad flag); shown as one line, exit 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are a single ``error: ...`` line (exit 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def report_user_errors(work: Callable[[], object]) -> int:
+    """Call ``work``; print a user mistake as one ``error:`` line.
+
+    Returns:
+        0 on success, 2 when ``work`` raised a UserError (incl. RecipeError).
+    """
+    try:
+        work()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 @contextlib.contextmanager
