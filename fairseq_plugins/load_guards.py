@@ -4,7 +4,8 @@ fairseq reports a checkpoint trained on another dictionary (embedding rows !=
 dictionary size, e.g. data encoded with another SentencePiece model) or with
 another architecture as a multi-line ``RuntimeError`` from ``load_state_dict``
 (generate, interactive, the hub interface) or as a bare ``Exception("Cannot
-load model parameters ...")`` (train's resume). Importing this module wraps
+load model parameters ...")`` (train's resume), and a missing ``--path`` as
+an ``OSError("Model file not found")`` with a traceback. Importing this module wraps
 both loaders, once per process, so that these failures become a
 :class:`~nmt_specdec.errors.CheckpointError`, which the plugin's excepthook
 prints as one ``error:`` line with exit status 2. Everything else propagates
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from fairseq import checkpoint_utils
 from fairseq.trainer import Trainer
 
+from nmt_specdec.errors import CheckpointError
 from nmt_specdec.load_errors import state_dict_mismatch
 
 _MARK = "_nmt_specdec_load_guard"
@@ -29,6 +31,11 @@ def _guard_ensemble_loader(original: Callable[..., Any]) -> Callable[..., Any]:
     def load_model_ensemble_and_task(filenames, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(filenames, *args, **kwargs)
+        except OSError as exc:  # fairseq's own existence check, before any open()
+            if not str(exc).startswith("Model file not found: "):
+                raise
+            path = str(exc).removeprefix("Model file not found: ")
+            raise CheckpointError(f"cannot read checkpoint {path}: No such file") from None
         except RuntimeError as exc:
             error = state_dict_mismatch(exc, ", ".join(map(str, filenames)))
             if error is None:

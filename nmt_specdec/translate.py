@@ -184,7 +184,7 @@ class TranslateConfig:
         if self.batch_size < 1:
             raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
         for flag, path in (("--spm-model", self.spm_model), ("--input", self.input)):
-            if path != "-" and not os.path.isfile(path):
+            if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
                 raise UserError(f"{flag}: no such file {path}")
         if self.data is not None and not os.path.isdir(self.data):
             raise UserError(f"--data: no such directory {self.data}")

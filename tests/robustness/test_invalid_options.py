@@ -1,0 +1,141 @@
+"""Invalid options and missing files: one ``error:`` line, exit status 2, no traceback.
+
+``nmt-specdec-translate`` is checked in-process through ``main`` (which maps
+:class:`UserError` to status 2); fairseq's CLIs with our ``--user-dir`` run in
+a subprocess each, because the one-line report comes from the plugin's
+excepthook, which only a real process exercises.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt_specdec import translate as tr
+from nmt_specdec.errors import UserError
+from tests.helpers.fairseq_toy import PLUGINS_DIR, REPO_ROOT, run_cli
+from tests.robustness.toy_models import MAX_TARGET_POSITIONS
+
+
+def one_error_line(stderr: str) -> str:
+    """The single ``error:`` line of ``stderr``; fails on a traceback or several."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stderr[-3000:]
+    return errors[0]
+
+
+def _translate_args(toy, *extra: str) -> list[str]:
+    return ["--checkpoint", str(toy.specdec), "--spm-model", str(toy.spm_model),
+            "--data", str(toy.data), "--cpu", "--max-len-b", "4", "--input", "/dev/null",
+            *extra]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--spec-decoding", "--spec-k", "0"], "error: --spec-k must be >= 1, got 0"),
+    (["--spec-decoding", "--spec-beta", "0"], "error: --spec-beta must be >= 1, got 0"),
+    (["--spec-decoding", "--spec-tau", "-0.5"], "error: --spec-tau must be >= 0, got -0.5"),
+    (["--spec-decoding", "--spec-tau", "nan"], "error: --spec-tau must be >= 0, got nan"),
+    (["--spec-decoding", "--spec-k", str(MAX_TARGET_POSITIONS)],
+     f"error: --spec-k {MAX_TARGET_POSITIONS} must be below the model's "
+     f"{MAX_TARGET_POSITIONS} target positions"),
+    (["--beam", "0"], "error: --beam must be >= 1, got 0"),
+    (["--batch-size", "0"], "error: --batch-size must be >= 1, got 0"),
+], ids=["k0", "beta0", "tau-neg", "tau-nan", "k-too-long", "beam0", "batch0"])
+def test_translate_rejects_bad_decoding_options(raw_text_toy, capsys, extra, message) -> None:
+    assert tr.main(_translate_args(raw_text_toy, *extra)) == 2
+    assert one_error_line(capsys.readouterr().err) == message
+
+
+def test_translate_spec_decoding_needs_a_draft_head(raw_text_toy, capsys) -> None:
+    args = _translate_args(raw_text_toy, "--spec-decoding")
+    args[1] = str(raw_text_toy.stock)
+
+    assert tr.main(args) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "needs a checkpoint with a draft head" in line and "train one with" in line
+    assert "specdec_transformer" in line
+
+
+def test_translate_rejects_foreign_sentencepiece_model(raw_text_toy, capsys) -> None:
+    args = _translate_args(raw_text_toy, "--spm-model", str(raw_text_toy.other_spm))
+
+    assert tr.main(args) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: --spm-model {raw_text_toy.other_spm} does not match "
+                           "the checkpoint's source dictionary: only ")
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--checkpoint", "nowhere.pt", "error: cannot read checkpoint {}: No such file"),
+    ("--spm-model", "nowhere.model", "error: --spm-model: no such file {}"),
+    ("--input", "nowhere.txt", "error: --input: no such file {}"),
+    ("--data", "nowhere", "error: --data: no such directory {}"),
+    ("--user-dir", "nowhere", "error: --user-dir: no such directory {}"),
+])
+def test_translate_reports_missing_files(raw_text_toy, tmp_path: Path, capsys,
+                                         flag, value, message) -> None:
+    missing = str(tmp_path / value)
+    assert tr.main([*_translate_args(raw_text_toy), flag, missing]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith(message.format(missing))
+
+
+def test_task_reports_missing_dictionary_in_one_line(tmp_path: Path) -> None:
+    import fairseq_plugins  # noqa: F401
+    from fairseq_plugins.specdec_task import TranslationSpecDecConfig, TranslationSpecDecTask
+
+    cfg = TranslationSpecDecConfig(data=str(tmp_path), source_lang="src", target_lang="tgt")
+    with pytest.raises(UserError, match=r"no such file .*dict\.src\.txt"):
+        TranslationSpecDecTask.setup_task(cfg)
+
+
+# ----------------------------------------------------- fairseq CLIs (subprocess)
+
+
+def test_generate_rejects_spec_k_below_one(raw_text_toy) -> None:
+    proc = run_cli("generate", [raw_text_toy.data, "--path", raw_text_toy.specdec,
+                                "--user-dir", PLUGINS_DIR, "--task", "translation_specdec",
+                                "-s", "src", "-t", "tgt", "--cpu", "--spec-decoding",
+                                "--spec-k", "0"], check=False)
+
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == "error: --spec-k must be >= 1, got 0"
+
+
+def test_interactive_spec_decoding_without_draft_head(raw_text_toy) -> None:
+    proc = run_cli("interactive", [raw_text_toy.data, "--path", raw_text_toy.stock,
+                                   "--user-dir", PLUGINS_DIR, "--task", "translation_specdec",
+                                   "-s", "src", "-t", "tgt", "--cpu", "--spec-decoding"],
+                   stdin="the cat\n", check=False)
+
+    assert proc.returncode == 2
+    line = one_error_line(proc.stderr)
+    assert "--spec-decoding needs a checkpoint with a draft head" in line
+    assert "train one with" in line
+    assert "H-" not in proc.stdout
+
+
+def test_train_rejects_negative_tau(raw_text_toy, tmp_path: Path) -> None:
+    args = [raw_text_toy.data, "--user-dir", PLUGINS_DIR, "--task", "translation_specdec",
+            "-s", "src", "-t", "tgt", "--arch", "specdec_transformer_tiny", "--criterion",
+            "specdec_joint_loss", "--cpu", "--max-update", "1", "--max-tokens", "100",
+            "--save-dir", tmp_path / "ckpt", "--spec-tau", "-1"]
+    proc = run_cli("train", args, check=False)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == "error: --spec-tau must be >= 0, got -1.0"
+    assert not (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def test_translate_script_exits_2_without_traceback(raw_text_toy) -> None:
+    script = REPO_ROOT / "scripts" / "translate.py"
+    proc = subprocess.run([sys.executable, str(script), *_translate_args(raw_text_toy),
+                           "--data", str(raw_text_toy.data / "missing")],
+                          capture_output=True, text=True, timeout=300)
+
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == (
+        f"error: --data: no such directory {raw_text_toy.data / 'missing'}")
+    assert proc.stdout == ""
