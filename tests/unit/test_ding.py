@@ -175,3 +175,41 @@ def test_locate_order(tmp_path: Path) -> None:
     # an installed system copy wins over the cache
     system.write_text("e :: f\n", encoding="utf-8")
     assert ding.locate_ding(None, cache, system, fake_fetch) == system
+
+
+def _write_tiny_ding(path: Path, n: int = 120, seed: int = 0) -> None:
+    """A generated dictionary: word entries plus sentence-like example lines."""
+    import random
+
+    words = [("Hund", "dog"), ("Katze", "cat"), ("Haus", "house"), ("Baum", "tree"),
+             ("sieht", "sees"), ("rot", "red"), ("gross", "big"), ("klein", "small")]
+    rng = random.Random(seed)
+    lines = ["# Version :: test 2024-01-01", "# License :: GPL Version 2 or later"]
+    for de, en in words:
+        lines.append(f"{de} {{m}} | {de}e {{pl}} :: {en} [Am.] | {en}s")
+    for _ in range(n):
+        idx = [rng.randrange(len(words)) for _ in range(rng.randint(4, 7))]
+        lines.append(" ".join(words[i][0] for i in idx) + " [ugs.] :: "
+                     + " ".join(words[i][1] for i in idx))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_recipe_end_to_end_and_reuse(tmp_path: Path) -> None:
+    from nmt_specdec.data import ding_recipe
+
+    corpus = tmp_path / "de-en"
+    _write_tiny_ding(corpus)
+    cfg = ding_recipe.DingConfig(out=tmp_path / "out", ding_file=corpus, vocab_size=40,
+                                 valid_size=5, test_size=5, workers=1)
+    assert set(ding_recipe.run(cfg).values()) == {"built"}
+    raw = cfg.out / "raw"
+    test_de = (raw / "test.de").read_text(encoding="utf-8").splitlines()
+    assert len(test_de) == 5 and all(len(s.split()) >= 4 for s in test_de)
+    train_en = (raw / "train.en").read_text(encoding="utf-8").splitlines()
+    assert "dogs" in train_en and not any("[" in s for s in train_en)
+    for name in ("dict.de.txt", "train.de-en.de.bin", "test.de-en.en.idx"):
+        assert (cfg.out / "bin" / name).is_file(), name
+    card = (cfg.out / "DATA_CARD.md").read_text(encoding="utf-8")
+    assert "GPL-2.0-or-later" in card and "test 2024-01-01" in card
+    assert set(ding_recipe.run(cfg).values()) == {"reused"}
