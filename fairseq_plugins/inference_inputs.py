@@ -94,7 +94,7 @@ class TruncatingInferenceDataset(LanguagePairDataset):
     def filter_indices_by_size(self, indices, max_sizes):
         limit = _source_limit(max_sizes)
         if limit is not None:
-            for index in indices:
+            for index in sorted(indices):  # warnings in input order
                 if self.src_sizes[index] > limit:
                     self._truncate(int(index), limit)
         return super().filter_indices_by_size(indices, max_sizes)
