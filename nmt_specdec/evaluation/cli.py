@@ -88,7 +88,7 @@ def _add_timing_args(group) -> None:
     group.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     group.add_argument("--repeats", type=int, default=3,
                        help="timed passes per row; the median is reported")
-    group.add_argument("--warmup-batches", type=int, default=2,
+    group.add_argument("--warmup-batches", type=int, default=1,
                        help="untimed batches per row before timing")
     group.add_argument("--threads", type=int, default=1,
                        help="torch.set_num_threads (default 1: stable CPU timings)")

@@ -69,7 +69,7 @@ class EvalConfig:
     stock_only: bool = False
     batch_sizes: Tuple[int, ...] = (1, 32)
     repeats: int = 3
-    warmup_batches: int = 2
+    warmup_batches: int = 1
     threads: int = 1
     cpu: bool = False
     profile: bool = False

@@ -8,6 +8,7 @@ results.json, results.md, bleu_vs_speedup.png.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import time
@@ -51,10 +52,7 @@ def run(cfg: EvalConfig) -> dict:
     if any(spec.kind == "specdec" for spec in specs):
         loading.check_specdec_supported(task, model)
     runs = build_runs(cfg, task, model, specs, testset, device)
-    progress = _progress_bar(cfg.progress)
-    runner.warm_up(task, model, runs, device, cfg.warmup_batches, progress)
-    runner.measure(task, model, runs, device, cfg.repeats, progress)
-    profiles = profile_runs(task, model, runs, device, progress) if cfg.profile else {}
+    profiles = decode_all(cfg, task, model, runs, device)
     rows, signatures = score_runs(runs, testset, detokenize, profiles)
     results = {
         "schema_version": report.SCHEMA_VERSION,
@@ -66,6 +64,7 @@ def run(cfg: EvalConfig) -> dict:
                      "source_tokens": sum(s.numel() for s in testset.sources)},
         "timing": {"repeats": cfg.repeats, "warmup_batches": cfg.warmup_batches,
                    "interleaved": True, "statistic": "median",
+                   "cpu_over_wall": _cpu_over_wall(runs),
                    "total_wall_s": time.perf_counter() - started},
         "memory": _memory_info(runs),
         "signatures": signatures,
@@ -101,6 +100,19 @@ def build_runs(cfg: EvalConfig, task, model: nn.Module, specs, testset: TestSet,
         batches = make_batches(task, testset.sources, batch_size, device)
         runs += [Run(spec, batch_size, generators[spec], batches) for spec in specs]
     return runs
+
+
+def decode_all(cfg: EvalConfig, task, model: nn.Module, runs: List[Run],
+               device: torch.device) -> Dict[Tuple, Profile]:
+    """Warm-up, interleaved timed passes, then the optional profile passes."""
+    progress = _progress_bar(cfg.progress)
+    runner.freeze_heap()
+    try:
+        runner.warm_up(task, model, runs, device, cfg.warmup_batches, progress)
+        runner.measure(task, model, runs, device, cfg.repeats, progress)
+        return profile_runs(task, model, runs, device, progress) if cfg.profile else {}
+    finally:
+        gc.unfreeze()
 
 
 def profile_runs(task, model, runs: List[Run], device: torch.device,
@@ -149,6 +161,12 @@ def _model_info(cfg: EvalConfig, model: nn.Module, task) -> dict:
         "draft_block_size": getattr(model, "draft_block_size", None),
         "parameters": loading.parameter_counts(model),
     }
+
+
+def _cpu_over_wall(runs: List[Run]) -> float:
+    """Process CPU time / wall time over all timed passes (about the thread count
+    on an idle CPU; lower means other processes took cores from the timing)."""
+    return sum(map(sum, (r.cpu_seconds for r in runs))) / sum(map(sum, (r.seconds for r in runs)))
 
 
 def _memory_info(runs: List[Run]) -> dict:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 from typing import List, Sequence, Tuple
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 
 def pareto_front(points: Sequence[Tuple[float, float]]) -> List[int]:
@@ -27,6 +25,12 @@ def pareto_front(points: Sequence[Tuple[float, float]]) -> List[int]:
 
 def plot_bleu_vs_speedup(rows: List[dict], path: str) -> None:
     """Writes the figure (Agg, no display needed) to ``path``."""
+    # fairseq leaves the root logger at DEBUG, where matplotlib logs every font
+    # it scores; quieten it before its import (here, not at module import).
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     batch_sizes = sorted({row["batch_size"] for row in rows})
     fig = Figure(figsize=(5.5 * len(batch_sizes), 4.5), constrained_layout=True)
     FigureCanvasAgg(fig)
@@ -51,7 +55,8 @@ def _panel(ax, rows: List[dict], batch_size: int) -> None:
         on_front = i in front
         if on_front:
             ax.scatter(*point, s=160, facecolors="none", edgecolors="black", zorder=4)
-        ax.annotate(row["name"], point, textcoords="offset points", xytext=(6, 6),
+        # Staggered offsets keep the names of near-identical points apart.
+        ax.annotate(row["name"], point, textcoords="offset points", xytext=(6, 6 - 10 * (i % 3)),
                     fontsize=8 if on_front else 7, color="black" if on_front else "grey",
                     fontweight="bold" if on_front else "normal")
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")

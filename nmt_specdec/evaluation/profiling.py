@@ -103,5 +103,5 @@ def _component(attr: str) -> str:
 def profile_run(task, model, run: Run, device: torch.device) -> Profile:
     """One untimed, instrumented pass of a SpecDec run over the whole test set."""
     with instrumented(model, run.generator, device) as clock:
-        total, _ = decode_pass(task, model, run, device)
+        total = decode_pass(task, model, run, device).seconds
     return Profile(total=total, **clock.seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Dict, List, Optional
 
 from nmt_specdec.evaluation.metrics import Scores
@@ -51,6 +52,7 @@ def make_row(run: Run, baseline: Run, scores: Scores, differs_from_greedy: int,
         "batch_size": run.batch_size,
         "wall_s_median": seconds,
         "wall_s": list(run.seconds),
+        "cpu_s_median": statistics.median(run.cpu_seconds),
         "sentences_per_s": num_sentences / seconds,
         "target_tokens": run.target_tokens,
         "target_tokens_per_s": run.target_tokens / seconds,
@@ -112,7 +114,10 @@ def markdown_report(results: dict) -> str:
         f"Checkpoint: `{model['checkpoint']}`.",
         f"Speedup: median wall time of stock beam 1 at the same batch size / this row's "
         f"({results['timing']['repeats']} interleaved repeats after "
-        f"{results['timing']['warmup_batches']} warm-up batches).",
+        f"{results['timing']['warmup_batches']} warm-up batches). "
+        f"CPU/wall time of the timed passes: {results['timing']['cpu_over_wall']:.2f}"
+        + (" (busy machine: other processes competed for the cores; speedups are noisy)."
+           if _busy(results) else "."),
         "",
         markdown_table(results["rows"]),
         "",
@@ -130,6 +135,13 @@ def markdown_report(results: dict) -> str:
     if profile:
         parts += ["", "## SpecDec time split (one extra, instrumented pass)", "", profile]
     return "\n".join(parts) + "\n"
+
+
+def _busy(results: dict) -> bool:
+    """CPU decoding got clearly less than its threads' worth of CPU time."""
+    machine = results["machine"]
+    return (machine["device"] == "cpu"
+            and results["timing"]["cpu_over_wall"] < 0.8 * machine["torch_threads"])
 
 
 def _machine_line(machine: Dict) -> str:

@@ -12,7 +12,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -33,6 +33,8 @@ class Run:
         generator: the fairseq generator (stock or SpecDec).
         batches: the test set, collated and on the device.
         seconds: wall time of each timed pass.
+        cpu_seconds: CPU time of this process in each timed pass (all threads); with
+            one thread, well below ``seconds`` means the machine was busy.
         outputs: sentence index -> output token ids (EOS included), from the first pass.
         target_tokens: output tokens of one pass (EOS included, as fairseq-generate counts).
         stats: SpecDec statistics of the first pass (None for stock).
@@ -44,6 +46,7 @@ class Run:
     generator: nn.Module
     batches: List[Batch]
     seconds: List[float] = field(default_factory=list)
+    cpu_seconds: List[float] = field(default_factory=list)
     outputs: Dict[int, List[int]] = field(default_factory=dict)
     target_tokens: int = 0
     stats: Optional[SpecDecStats] = None
@@ -58,6 +61,14 @@ class Run:
         return statistics.median(self.seconds)
 
 
+class Pass(NamedTuple):
+    """One decoding pass: wall and CPU seconds, and fairseq's n-best lists per batch."""
+
+    seconds: float
+    cpu_seconds: float
+    hypotheses: List[List[List[dict]]]
+
+
 def synchronize(device: torch.device) -> None:
     """Waits for queued CUDA work, so that wall time covers it."""
     if device.type == "cuda":
@@ -65,16 +76,17 @@ def synchronize(device: torch.device) -> None:
 
 
 def decode_pass(task, model: nn.Module, run: Run, device: torch.device,
-                batches: Optional[List[Batch]] = None) -> tuple:
+                batches: Optional[List[Batch]] = None) -> Pass:
     """Decodes ``batches`` (default: all of the run's) once, timed.
 
     Only ``task.inference_step`` (as fairseq-generate calls it) is inside the
     timed region; outputs are read back after the clock stops. Python's garbage
     collector runs just before and is paused inside, so that a collection
-    triggered by one configuration's garbage is not charged to the next.
+    triggered by one configuration's garbage is not charged to the next (cheap
+    after :func:`freeze_heap`).
 
     Returns:
-        ``(seconds, hypotheses)``: wall time and fairseq's n-best lists per batch.
+        The pass's wall and CPU time and its hypotheses.
     """
     prepare_model(model, run.spec)
     if run.spec.kind == "specdec":
@@ -83,14 +95,21 @@ def decode_pass(task, model: nn.Module, run: Run, device: torch.device,
     gc.disable()
     try:
         synchronize(device)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         hypotheses = [task.inference_step(run.generator, [model], batch.sample)
                       for batch in (run.batches if batches is None else batches)]
         synchronize(device)
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         gc.enable()
-    return seconds, hypotheses
+    return Pass(seconds, cpu_seconds, hypotheses)
+
+
+def freeze_heap() -> None:
+    """Moves every object alive now (fairseq, the model, the batches) out of the
+    garbage collector's reach, so that each pass's collection scans only new ones."""
+    gc.collect()
+    gc.freeze()
 
 
 def warm_up(task, model: nn.Module, runs: Iterable[Run], device: torch.device,
@@ -113,13 +132,14 @@ def measure(task, model: nn.Module, runs: List[Run], device: torch.device,
             bar.set_postfix_str(run.label)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        seconds, hypotheses = decode_pass(task, model, run, device)
-        run.seconds.append(seconds)
+        timed = decode_pass(task, model, run, device)
+        run.seconds.append(timed.seconds)
+        run.cpu_seconds.append(timed.cpu_seconds)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device)
             run.cuda_peak_bytes = max(peak, run.cuda_peak_bytes or 0)
         if repeat == 0:
-            _record_outputs(run, hypotheses)
+            _record_outputs(run, timed.hypotheses)
 
 
 def _record_outputs(run: Run, hypotheses: List[List[List[dict]]]) -> None:

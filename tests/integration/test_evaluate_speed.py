@@ -24,7 +24,7 @@ TINY_DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
              "--encoder-attention-heads", "2", "--decoder-attention-heads", "2")
 ROW_KEYS = {
     "name": str, "decoder": str, "beam": int, "batch_size": int, "wall_s_median": float,
-    "wall_s": list, "sentences_per_s": float, "target_tokens": int,
+    "wall_s": list, "cpu_s_median": float, "sentences_per_s": float, "target_tokens": int,
     "target_tokens_per_s": float, "speedup": float, "bleu": float, "chrf": float,
     "differs_from_greedy": int, "equals_greedy": bool,
 }
@@ -97,7 +97,7 @@ def _save_random_checkpoint(data: Path, path: Path, task: str, arch: str, extra=
 def toy(tmp_path_factory: pytest.TempPathFactory) -> dict:
     script = _load_script()  # registers the plugin (task, model, safe loader)
     root = tmp_path_factory.mktemp("evaluate_speed")
-    raw = make_toy_data(root / "raw", n=200, seed=3, splits={"train": 1.0, "test": 0.1})
+    raw = make_toy_data(root / "raw", n=200, seed=3, splits={"train": 1.0, "test": 0.06})
     spm_model, encode = _spm_pieces(raw, root)
     _binarize_in_process(raw, root / "data", encode)
     specdec = _save_random_checkpoint(
@@ -140,8 +140,9 @@ def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
     assert params["verifier"] > 0 and params["draft_head"] > 0
     assert params["verifier"] + params["draft_head"] == params["total"]
     assert on_disk["memory"]["peak_rss_mib"] > 0
+    assert on_disk["timing"]["cpu_over_wall"] > 0
     assert on_disk["signatures"]["bleu"].startswith("nrefs:1|")
-    assert on_disk["test_set"]["sentences"] == 20
+    assert on_disk["test_set"]["sentences"] == 12
 
     rows = on_disk["rows"]
     names = {"stock beam1", "stock beam2", "specdec k4 beta1", "specdec k4 beta3 tau1"}
