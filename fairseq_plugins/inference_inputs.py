@@ -7,7 +7,7 @@ output), dies on invalid UTF-8 on stdin, and lets control characters reach the
 tokenizer. The task's inference hooks call the helpers here instead:
 
 * :func:`interactive_tokens` (``get_interactive_tokens_and_lengths``) cleans
-  each line with :func:`nmt_specdec.translate.clean_text` (control characters
+  each line with :func:`nmt_specdec.raw_text.clean_text` (control characters
   to spaces, lone surrogates to U+FFFD) and warns, naming the line, when a line
   held undecodable bytes.
 * :func:`inference_dataset` (``build_dataset_for_inference``) returns a
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from fairseq.data import LanguagePairDataset
 
-from nmt_specdec.translate import clean_text
+from nmt_specdec.raw_text import clean_text
 
 logger = logging.getLogger(__name__)
 

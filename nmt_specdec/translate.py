@@ -37,115 +37,21 @@ import importlib.util
 import logging
 import os
 import sys
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec.errors import UserError
+from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
+    SENTENCE_END, SPIECE_UNDERLINE, chunk_pieces, clean_text, decode_lines, detokenize,
+    split_lines)
 
 logger = logging.getLogger("nmt_specdec.translate")
 
-SPIECE_UNDERLINE = "\u2581"
-# A chunk of an over-long line preferably ends after one of these.
-SENTENCE_END = (".", "!", "?", ";", ":", "\u2026", "\u3002", "\uff01", "\uff1f", "\uff1b",
-                "\u061f", "\u0964")
 INVALID_BYTES_HELP = ("invalid UTF-8 bytes are replaced by U+FFFD (decoded with "
                       "errors='replace') and a warning names the line")
 LONG_LINE_HELP = ("a line longer than the model's source positions is split at sentence "
                   "punctuation or word boundaries, each chunk translated, and the results "
                   "joined with a space (a warning names the line)")
-
-
-# ------------------------------------------------------------ text (pure)
-
-
-def split_lines(data: bytes) -> List[bytes]:
-    """Raw input lines, split at ``\\n`` only, without terminators (``\\r\\n`` too)."""
-    if not data:
-        return []
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
-
-
-def decode_lines(raw: Sequence[bytes]) -> List[str]:
-    """UTF-8 text of each line; invalid bytes become U+FFFD, with a warning per line."""
-    text = []
-    for number, line in enumerate(raw, start=1):
-        try:
-            text.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            logger.warning("input line %d: invalid UTF-8 bytes replaced by U+FFFD", number)
-            text.append(line.decode("utf-8", errors="replace"))
-    return text
-
-
-def clean_text(text: str) -> str:
-    """One line of text as the model should see it (see the module docstring).
-
-    Returns:
-        ``text`` without control characters, BOMs or lone surrogates, with every
-        whitespace run collapsed to one space and no leading/trailing space.
-    """
-    chars = []
-    for ch in text:
-        category = unicodedata.category(ch)
-        if ch == "\ufeff":
-            continue
-        if category == "Cs":  # a lone surrogate (e.g. from surrogateescape)
-            chars.append("\ufffd")
-        elif category in ("Cc", "Zl", "Zp"):
-            chars.append(" ")
-        else:
-            chars.append(ch)
-    return " ".join("".join(chars).split())
-
-
-def chunk_pieces(pieces: Sequence[str], limit: int) -> List[List[str]]:
-    """Splits a piece sequence into chunks of at most ``limit`` pieces.
-
-    Each cut is after the last sentence-final piece that fits, else before
-    the last word-initial piece (``▁...``) that fits, else at ``limit``.
-
-    Args:
-        pieces: (S,) SentencePiece pieces of one line.
-        limit: most pieces per chunk (the model's source positions minus EOS).
-
-    Returns:
-        Chunks whose concatenation is ``pieces``; one chunk if it fits.
-    """
-    if limit < 1:
-        raise ValueError(f"chunk limit must be >= 1, got {limit}")
-    chunks, start = [], 0
-    while len(pieces) - start > limit:
-        cut = _cut_point(pieces, start, limit)
-        chunks.append(list(pieces[start:cut]))
-        start = cut
-    chunks.append(list(pieces[start:]))
-    return chunks
-
-
-def _cut_point(pieces: Sequence[str], start: int, limit: int) -> int:
-    """Index where the chunk starting at ``start`` ends (exclusive)."""
-    end = start + limit
-    for i in range(end - 1, start - 1, -1):
-        if pieces[i].endswith(SENTENCE_END):
-            return i + 1
-    for i in range(end - 1, start, -1):
-        if pieces[i].startswith(SPIECE_UNDERLINE):
-            return i
-    return end
-
-
-def detokenize(pieces: str) -> str:
-    """Space-separated pieces back to text, as fairseq's ``--post-process sentencepiece``.
-
-    Whitespace inside the result is collapsed so that a translation is always
-    exactly one line.
-    """
-    text = "".join(pieces.split(" ")).replace(SPIECE_UNDERLINE, " ")
-    return clean_text(text)
 
 
 # ----------------------------------------------------------------- config

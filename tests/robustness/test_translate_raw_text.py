@@ -56,7 +56,7 @@ def test_hostile_file_gives_one_output_line_per_input_line(
             str(raw_text_toy.spm_model), "--data", str(raw_text_toy.data), "--cpu",
             "--spec-decoding", "--spec-k", "2", "--max-len-b", "6", "--batch-size", "3",
             "--input", str(hostile_file), "--output", str(out)]
-    with caplog.at_level(logging.WARNING, logger="nmt_specdec.translate"):
+    with caplog.at_level(logging.WARNING):
         assert tr.main(args) == 0
 
     lines = out.read_bytes().decode("utf-8").split("\n")
@@ -145,7 +145,7 @@ def test_clean_text_and_decode_lines(caplog) -> None:
     assert tr.clean_text("\ufeff a\x00b\x1b[0m\tc\u2028d\u00a0e  ") == "a b [0m c d e"
     assert tr.clean_text("e\u0301 \U0001F600 \u05e9\u05dc \u4e2d") == "e\u0301 \U0001F600 \u05e9\u05dc \u4e2d"
     assert tr.clean_text("a\udcffb") == "a\ufffdb"
-    with caplog.at_level(logging.WARNING, logger="nmt_specdec.translate"):
+    with caplog.at_level(logging.WARNING):
         text = tr.decode_lines([b"ok", b"bad \xff\xfe!", "caf\u00e9".encode()])
     assert text == ["ok", "bad \ufffd\ufffd!", "caf\u00e9"]
     assert [r.getMessage() for r in caplog.records] == [
