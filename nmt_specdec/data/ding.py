@@ -209,7 +209,8 @@ def locate_ding(
     """
     if ding_file is not None:
         if not ding_file.is_file():
-            raise RecipeError(f"--ding-file {ding_file} does not exist or is not a file")
+            raise RecipeError(
+                f"--ding-file {ding_file} does not exist or is not a file")
         return ding_file
     if system_path.is_file():
         return system_path

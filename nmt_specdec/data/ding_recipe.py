@@ -67,11 +67,13 @@ class DingConfig:
 
 def equivalent_command(cfg: DingConfig, corpus: Path) -> str:
     """A command line that rebuilds exactly these outputs (for the data card)."""
-    argv = ["scripts/prepare_ding.py", "--ding-file", str(corpus), "--out", str(cfg.out),
+    argv = ["scripts/prepare_ding.py", "--ding-file", str(corpus),
+            "--out", str(cfg.out),
             "--vocab-size", str(cfg.vocab_size), "--valid-size", str(cfg.valid_size),
             "--test-size", str(cfg.test_size), "--min-words", str(cfg.min_words),
             "--max-words", str(cfg.max_words),
-            "--sentence-min-words", str(cfg.sentence_min_words), "--seed", str(cfg.seed)]
+            "--sentence-min-words", str(cfg.sentence_min_words),
+            "--seed", str(cfg.seed)]
     if cfg.max_train is not None:
         argv += ["--max-train", str(cfg.max_train)]
     return card.command_line(argv)
@@ -101,8 +103,10 @@ def build_raw(cfg: DingConfig, corpus: Path) -> None:
         "Parsing (dictionary lines to pairs)": {k: parse_stats[k] for k in PARSE_KEYS},
         "Filtering and splitting": {k: result.stats[k] for k in SPLIT_KEYS},
     }
-    lengths = {name: card.LengthStats().add_all(p) for name, p in result.as_dict().items()}
-    text = card.render_data_card("Ding De-En data card", meta, tables, lengths, _notes(cfg))
+    lengths = {name: card.LengthStats().add_all(p)
+               for name, p in result.as_dict().items()}
+    text = card.render_data_card("Ding De-En data card", meta, tables, lengths,
+                                 _notes(cfg))
     card.write_data_card(cfg.out / "DATA_CARD.md", text)
 
 
@@ -120,8 +124,9 @@ def _notes(cfg: DingConfig) -> list[str]:
         f"Length filter: {cfg.min_words}-{cfg.max_words} whitespace words per side; "
         "exact duplicate pairs removed.",
         f"valid/test are drawn (seed {cfg.seed}) first from pairs with at least "
-        f"{cfg.sentence_min_words} words on both sides; training pairs sharing a German "
-        "or English text with valid/test (ignoring case and punctuation) are removed.",
+        f"{cfg.sentence_min_words} words on both sides; training pairs sharing a "
+        "German or English text with valid/test (ignoring case and punctuation) are "
+        "removed.",
         f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, trained on "
         "train.de + train.en; binarized with fairseq-preprocess --joined-dictionary.",
     ]
@@ -162,7 +167,8 @@ def run(cfg: DingConfig) -> dict[str, str]:
                        for p in encoded])
     chain.run("binarize", {}, spm.binarized_outputs(bin_dir, LANGS),
               lambda: spm.binarize(spm_dir, bin_dir, LANGS, workers=cfg.workers))
-    LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start, bin_dir)
+    LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
+             bin_dir)
     return dict(chain.status)
 
 
@@ -171,17 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     d = DingConfig(out=Path("."))
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--ding-file", type=Path, help="Ding de-en file; default: the "
-                   "installed /usr/share/trans/de-en, else apt-get download trans-de-en")
+    p.add_argument("--ding-file", type=Path,
+                   help="Ding de-en file; default: the installed "
+                   "/usr/share/trans/de-en, else apt-get download trans-de-en")
     p.add_argument("--cache-dir", type=Path, default=d.cache_dir,
-                   help="where a downloaded Debian package is kept (default %(default)s)")
+                   help="where a downloaded Debian package is kept "
+                   "(default %(default)s)")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size)
     p.add_argument("--valid-size", type=int, default=d.valid_size)
     p.add_argument("--test-size", type=int, default=d.test_size)
     p.add_argument("--min-words", type=int, default=d.min_words)
     p.add_argument("--max-words", type=int, default=d.max_words)
     p.add_argument("--sentence-min-words", type=int, default=d.sentence_min_words,
-                   help="valid/test prefer pairs with at least this many words per side")
+                   help="valid/test prefer pairs with at least this many words "
+                   "per side")
     p.add_argument("--max-train", type=int, default=None, help="cap on training pairs")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--workers", type=int, default=d.workers)

@@ -77,7 +77,8 @@ class DistillConfig:
             raise RecipeError(f"--checkpoint {self.checkpoint} does not exist")
         for flag, value in (("--beam", self.beam), ("--max-tokens", self.max_tokens),
                             ("--batch-size", self.batch_size),
-                            ("--chunk-size", self.chunk_size), ("--threads", self.threads)):
+                            ("--chunk-size", self.chunk_size),
+                            ("--threads", self.threads)):
             if value < 1:
                 raise RecipeError(f"{flag} must be >= 1, got {value}")
 
@@ -99,7 +100,8 @@ def make_batches(lengths: Mapping[int, int], indices: Iterable[int], max_tokens:
     batch: list[int] = []
     for index in order:
         width = max([lengths[index]] + [lengths[i] for i in batch[:1]])
-        if batch and (len(batch) == batch_size or width * (len(batch) + 1) > max_tokens):
+        full = len(batch) == batch_size or width * (len(batch) + 1) > max_tokens
+        if batch and full:
             yield batch
             batch = []
         batch.append(index)
@@ -109,7 +111,8 @@ def make_batches(lengths: Mapping[int, int], indices: Iterable[int], max_tokens:
 
 def translate_chunk(sources: Sequence[list[int]], start: int, end: int,
                     translate: Translate, max_tokens: int, batch_size: int,
-                    on_batch: Callable[[int], None] = lambda n: None) -> list[list[int]]:
+                    on_batch: Callable[[int], None] = lambda n: None,
+                    ) -> list[list[int]]:
     """Translate ``sources[start:end]`` and return hypotheses in input order."""
     lengths = {i: len(sources[i]) for i in range(start, end)}
     out: dict[int, list[int]] = {}
@@ -165,16 +168,17 @@ def fairseq_translator(task, model, cfg: DistillConfig, device) -> Translate:
     from fairseq.dataclass.configs import GenerationConfig
 
     gen_cfg = GenerationConfig()
-    gen_cfg.beam, gen_cfg.max_len_a, gen_cfg.max_len_b = cfg.beam, cfg.max_len_a, cfg.max_len_b
-    gen_cfg.lenpen = cfg.lenpen
+    gen_cfg.beam, gen_cfg.lenpen = cfg.beam, cfg.lenpen
+    gen_cfg.max_len_a, gen_cfg.max_len_b = cfg.max_len_a, cfg.max_len_b
     generator = task.build_generator([model], gen_cfg)
     pad, eos = task.source_dictionary.pad(), task.source_dictionary.eos()
 
     def translate(batch: list[list[int]]) -> list[list[int]]:
         rows = [torch.tensor(ids, dtype=torch.long) for ids in batch]
+        # fairseq's translation data is left-padded on the source side.
+        tokens = data_utils.collate_tokens(rows, pad, eos, left_pad=True)  # (B, S)
         sample = {"net_input": {
-            # fairseq's translation data is left-padded on the source side.
-            "src_tokens": data_utils.collate_tokens(rows, pad, eos, left_pad=True).to(device),
+            "src_tokens": tokens.to(device),
             "src_lengths": torch.tensor([len(r) for r in rows], device=device),
         }}
         with torch.no_grad():
@@ -241,9 +245,11 @@ def _prepare_out(cfg: DistillConfig, src: str, tgt: str) -> Path:
     keep = ("data", "checkpoint", "split", "beam", "max_len_a", "max_len_b", "lenpen",
             "chunk_size")
     params = {k: str(v) for k, v in asdict(cfg).items() if k in keep}
-    params.update(src=src, tgt=tgt, checkpoint_mtime=str(cfg.checkpoint.stat().st_mtime))
+    params.update(src=src, tgt=tgt,
+                  checkpoint_mtime=str(cfg.checkpoint.stat().st_mtime))
     wanted = json.dumps(params, indent=1, sort_keys=True)
-    if chunk_dir.exists() and (not manifest.is_file() or manifest.read_text() != wanted):
+    same = manifest.is_file() and manifest.read_text() == wanted
+    if chunk_dir.exists() and not same:
         LOG.info("settings changed: discarding old chunks in %s", chunk_dir)
         shutil.rmtree(chunk_dir)
     chunk_dir.mkdir(parents=True, exist_ok=True)
@@ -321,13 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True, help="binarized data directory")
     p.add_argument("--checkpoint", type=Path, required=True, help="teacher checkpoint")
-    p.add_argument("--out", type=Path, required=True, help="output (--distill-data) dir")
+    p.add_argument("--out", type=Path, required=True,
+                   help="output directory (use as --distill-data)")
     p.add_argument("--split", default=d.split)
     p.add_argument("--source-lang", default=None)
     p.add_argument("--target-lang", default=None)
     for name in ("beam", "max_tokens", "batch_size", "chunk_size", "threads",
                  "max_len_b"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+        p.add_argument("--" + name.replace("_", "-"), type=int,
+                       default=getattr(d, name))
     p.add_argument("--max-len-a", type=float, default=d.max_len_a)
     p.add_argument("--lenpen", type=float, default=d.lenpen)
     p.add_argument("--cpu", action="store_true", help="do not use CUDA")

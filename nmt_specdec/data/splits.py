@@ -92,7 +92,8 @@ def dedupe(pairs: Iterable[Pair], stats: Counter) -> list[Pair]:
     return out
 
 
-def length_filter(pairs: Iterable[Pair], cfg: SplitConfig, stats: Counter) -> list[Pair]:
+def length_filter(pairs: Iterable[Pair], cfg: SplitConfig,
+                  stats: Counter) -> list[Pair]:
     """Keep pairs whose both sides have ``min_words..max_words`` words."""
     out = []
     for de, en in pairs:
@@ -120,7 +121,8 @@ def _take_heldout(
             break
         if index in taken:
             continue
-        keys = ("de:" + overlap_key(pairs[index][0]), "en:" + overlap_key(pairs[index][1]))
+        de, en = pairs[index]
+        keys = ("de:" + overlap_key(de), "en:" + overlap_key(en))
         if keys[0] in used or keys[1] in used:
             continue
         used.update(keys)

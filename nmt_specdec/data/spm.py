@@ -120,10 +120,12 @@ def encode_file(model: Path, src: Path, dst: Path, num_threads: int = 2) -> int:
     processor = spm.SentencePieceProcessor(model_file=str(model))
     written = 0
     total = count_lines(src)
-    with atomic_text(dst) as out, tqdm(total=total, unit="lines", desc=f"encode {src.name}",
-                                       disable=None, leave=False) as bar:
+    bar = tqdm(total=total, unit="lines", desc=f"encode {src.name}", disable=None,
+               leave=False)
+    with atomic_text(dst) as out, bar:
         for batch in _batches(src):
-            for pieces in processor.encode(batch, out_type=str, num_threads=num_threads):
+            encoded = processor.encode(batch, out_type=str, num_threads=num_threads)
+            for pieces in encoded:
                 out.write(" ".join(pieces) + "\n")
             written += len(batch)
             bar.update(len(batch))
@@ -195,5 +197,6 @@ def binarized_outputs(bin_dir: Path, langs: tuple[str, str] = ("de", "en"),
     out = [bin_dir / f"dict.{lang}.txt" for lang in langs]
     for split in splits:
         for lang in langs:
-            out += [bin_dir / f"{split}.{src}-{tgt}.{lang}.{ext}" for ext in ("bin", "idx")]
+            out += [bin_dir / f"{split}.{src}-{tgt}.{lang}.{ext}"
+                    for ext in ("bin", "idx")]
     return out

@@ -78,7 +78,8 @@ def recipe_to_flags(recipe: Mapping[str, Any]) -> list[str]:
     """
     data = (recipe.get("task") or {}).get("data")
     if data in (None, "???"):
-        raise RecipeError("the training recipe needs task.data (the binarized data dir)")
+        raise RecipeError("the training recipe needs task.data "
+                          "(the binarized data directory)")
     flags = [str(data)]
     for group, values in recipe.items():
         for key, value in (values or {}).items():

@@ -38,8 +38,10 @@ LANGS = ("de", "en")
 STATMT = "http://statmt.org"
 # archive file name -> download URL
 ARCHIVES = {
-    "training-parallel-europarl-v7.tgz": f"{STATMT}/wmt13/training-parallel-europarl-v7.tgz",
-    "training-parallel-commoncrawl.tgz": f"{STATMT}/wmt13/training-parallel-commoncrawl.tgz",
+    "training-parallel-europarl-v7.tgz":
+        f"{STATMT}/wmt13/training-parallel-europarl-v7.tgz",
+    "training-parallel-commoncrawl.tgz":
+        f"{STATMT}/wmt13/training-parallel-commoncrawl.tgz",
     "training-parallel-nc-v9.tgz": f"{STATMT}/wmt14/training-parallel-nc-v9.tgz",
     "dev.tgz": f"{STATMT}/wmt14/dev.tgz",
     "test-full.tgz": f"{STATMT}/wmt14/test-full.tgz",
@@ -111,7 +113,8 @@ def download(url: str, dest: Path) -> None:
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
+        with urllib.request.urlopen(url, timeout=60) as response, \
+                open(part, "wb") as out:
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
                 for block in iter(lambda: response.read(1 << 20), b""):
@@ -129,7 +132,8 @@ def fetch_archives(cfg: Wmt14Config) -> dict[str, Path]:
     paths = {name: cfg.archive_dir / name for name in ARCHIVES}
     missing = [name for name, path in paths.items() if not path.is_file()]
     if missing and cfg.offline:
-        raise RecipeError(f"--offline: missing in {cfg.archive_dir}: {', '.join(missing)}")
+        raise RecipeError(f"--offline: missing in {cfg.archive_dir}: "
+                          f"{', '.join(missing)}")
     for name in missing:
         download(ARCHIVES[name], paths[name])
     return paths
@@ -188,12 +192,14 @@ def keep_pair(de: str, en: str, cfg: Wmt14Config, stats: Counter) -> bool:
     return False
 
 
-def train_pairs(archives: dict[str, Path], stats: Counter) -> Iterator[tuple[str, str, str]]:
+def train_pairs(archives: dict[str, Path],
+                stats: Counter) -> Iterator[tuple[str, str, str]]:
     """Yield ``(corpus, de, en)`` from every training corpus in order (streamed)."""
     for archive, stem in TRAIN_CORPORA:
         corpus = stem.rsplit("/", 1)[-1]
         path = archives[archive]
-        with open_member(path, f"{stem}.de") as de, open_member(path, f"{stem}.en") as en:
+        with open_member(path, f"{stem}.de") as de, \
+                open_member(path, f"{stem}.en") as en:
             for de_line, en_line in itertools.zip_longest(de, en):
                 if de_line is None or en_line is None:
                     raise RecipeError(f"{archive}: {stem}.de and {stem}.en differ in "
@@ -202,7 +208,8 @@ def train_pairs(archives: dict[str, Path], stats: Counter) -> Iterator[tuple[str
                 yield corpus, normalize(de_line), normalize(en_line)
 
 
-def heldout(archives: dict[str, Path], members: tuple[str, dict]) -> list[tuple[str, str]]:
+def heldout(archives: dict[str, Path],
+            members: tuple[str, dict]) -> list[tuple[str, str]]:
     """newstest pairs (plain text or SGML), whitespace-normalised, none dropped."""
     archive, paths = members
     sides = []
@@ -210,8 +217,8 @@ def heldout(archives: dict[str, Path], members: tuple[str, dict]) -> list[tuple[
         lines = read_member(archives[archive], paths[lang])
         sides.append(sgm_segments(lines) if paths[lang].endswith(".sgm") else lines)
     if len(sides[0]) != len(sides[1]):
-        raise RecipeError(f"{archive}: {len(sides[0])} German but {len(sides[1])} English "
-                          "test lines")
+        raise RecipeError(f"{archive}: {len(sides[0])} German but {len(sides[1])} "
+                          "English test lines")
     return [(normalize(de), normalize(en)) for de, en in zip(*sides)]
 
 
@@ -221,7 +228,8 @@ def build_raw(cfg: Wmt14Config, archives: dict[str, Path]) -> None:
     stats: Counter = Counter()
     lengths = {name: card.LengthStats() for name in SPLIT_NAMES}
     kept_per_corpus: Counter = Counter()
-    with atomic_text(raw / "train.de") as out_de, atomic_text(raw / "train.en") as out_en:
+    with atomic_text(raw / "train.de") as out_de, \
+            atomic_text(raw / "train.en") as out_en:
         for corpus, de, en in train_pairs(archives, stats):
             if cfg.max_train is not None and lengths["train"].count >= cfg.max_train:
                 stats["over_max_train"] += 1
@@ -246,21 +254,23 @@ def _write_card(cfg: Wmt14Config, stats: Counter, kept: Counter, lengths: dict) 
     meta = {
         "Source": "WMT14 De-En: Europarl v7, Common Crawl, News Commentary v9 "
                   "(train), newstest2013 (valid), newstest2014 full (test)",
-        "Archives": ", ".join(f"`{name}`" for name in ARCHIVES) + f" in `{cfg.archive_dir}`",
+        "Archives": ", ".join(f"`{name}`" for name in ARCHIVES)
+                    + f" in `{cfg.archive_dir}`",
         "Licence": "see https://www.statmt.org/wmt14/translation-task.html (corpora "
                    "have their own terms: Europarl and News Commentary are free for "
                    "research; Common Crawl is web-crawled text)",
         "Command": f"`{card.command_line()}`",
     }
-    tables = {"Cleaning of training pairs": {**{k: v for k, v in stats.items()},
-                                             **{f"kept {k}": v for k, v in kept.items()}}}
+    counts = {**stats, **{f"kept {k}": v for k, v in kept.items()}}
+    tables = {"Cleaning of training pairs": counts}
     notes = [
         "Whitespace normalised (tabs, non-breaking spaces); valid/test kept complete.",
-        f"Training pairs: 1-{cfg.max_words} whitespace words per side, length ratio at "
-        f"most {cfg.max_ratio} for pairs longer than 3 words (Moses clean-corpus-n style).",
-        f"Joint SentencePiece model, vocabulary {cfg.vocab_size}, trained on a sample of "
-        f"at most {cfg.spm_sentences} lines of train.de + train.en; binarized with "
-        "fairseq-preprocess --joined-dictionary.",
+        f"Training pairs: 1-{cfg.max_words} whitespace words per side, length "
+        f"ratio at most {cfg.max_ratio} for pairs longer than 3 words (Moses "
+        "clean-corpus-n style).",
+        f"Joint SentencePiece model, vocabulary {cfg.vocab_size}, trained on a "
+        f"sample of at most {cfg.spm_sentences} lines of train.de + train.en; "
+        "binarized with fairseq-preprocess --joined-dictionary.",
     ]
     text = card.render_data_card("WMT14 De-En data card", meta, tables, lengths, notes)
     card.write_data_card(cfg.out / "DATA_CARD.md", text)
@@ -278,7 +288,8 @@ def run(cfg: Wmt14Config) -> dict[str, str]:
     raw_dir, spm_dir, bin_dir = cfg.out / "raw", cfg.out / "spm", cfg.out / "bin"
     model = cfg.out / "spm.model"
     spm_cfg = spm.SpmConfig(vocab_size=cfg.vocab_size, seed=cfg.seed, shuffle=True,
-                            input_sentence_size=cfg.spm_sentences, num_threads=cfg.workers)
+                            input_sentence_size=cfg.spm_sentences,
+                            num_threads=cfg.workers)
     sizes = {name: path.stat().st_size for name, path in archives.items()}
     chain = StepChain(cfg.out)
     chain.run("raw", {"archives": sizes, "max_words": cfg.max_words,
@@ -294,7 +305,8 @@ def run(cfg: Wmt14Config) -> dict[str, str]:
                        for p in encoded])
     chain.run("binarize", {}, spm.binarized_outputs(bin_dir, LANGS),
               lambda: spm.binarize(spm_dir, bin_dir, LANGS, workers=cfg.workers))
-    LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start, bin_dir)
+    LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
+             bin_dir)
     return dict(chain.status)
 
 
@@ -304,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--raw-dir", type=Path, default=None,
-                   help="directory with (or for) the original archives; default OUT/orig")
+                   help="directory with (or for) the original archives; "
+                   "default OUT/orig")
     p.add_argument("--offline", action="store_true",
                    help="never download: every archive must be in --raw-dir")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size)

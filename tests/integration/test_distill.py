@@ -36,19 +36,22 @@ def _cfg(data: Path, ckpt: Path, out: Path, **kw) -> distill.DistillConfig:
 
 def _source_lines(data: Path) -> list[list[int]]:
     dictionary = Dictionary.load(str(data / "dict.src.txt"))
-    dataset = data_utils.load_indexed_dataset(str(data / "valid.src-tgt.src"), dictionary)
+    prefix = str(data / "valid.src-tgt.src")
+    dataset = data_utils.load_indexed_dataset(prefix, dictionary)
     return [dataset[i].tolist() for i in range(len(dataset))]
 
 
 def _targets(out: Path) -> tuple[Dictionary, list[list[int]]]:
     dictionary = Dictionary.load(str(out / "dict.tgt.txt"))
-    dataset = data_utils.load_indexed_dataset(str(out / "valid.src-tgt.tgt"), dictionary)
+    prefix = str(out / "valid.src-tgt.tgt")
+    dataset = data_utils.load_indexed_dataset(prefix, dictionary)
     assert dataset is not None
     return dictionary, [dataset[i].tolist() for i in range(len(dataset))]
 
 
 @pytest.mark.parametrize("n, size, expected", [
-    (0, 4, []), (3, 4, [(0, 3)]), (8, 4, [(0, 4), (4, 8)]), (9, 4, [(0, 4), (4, 8), (8, 9)]),
+    (0, 4, []), (3, 4, [(0, 3)]), (8, 4, [(0, 4), (4, 8)]),
+    (9, 4, [(0, 4), (4, 8), (8, 9)]),
 ])
 def test_chunk_ranges(n: int, size: int, expected: list) -> None:
     assert distill.chunk_ranges(n, size) == expected

@@ -58,7 +58,8 @@ def make_archives(raw: Path, seed: int = 0) -> dict[str, int]:
         pairs = [_sentence(rng, rng.randint(1, 12)) for _ in range(60)]
         kept += len(pairs)
         # removed by cleaning: too long, bad length ratio, empty side
-        pairs += [_sentence(rng, 31), ("haus haus haus haus haus haus", "house"), ("", "x")]
+        pairs += [_sentence(rng, 31), ("haus haus haus haus haus haus", "house"),
+                  ("", "x")]
         # stray \r and U+2028 inside a line must not split it
         pairs.append(("der hund\rsieht", "the dog\u2028sees"))
         kept += 1
@@ -90,16 +91,19 @@ def recipe(tmp_path_factory: pytest.TempPathFactory):
 
 def test_builds_every_step(recipe) -> None:
     cfg, expected, status = recipe
-    assert status == {"raw": "built", "spm": "built", "encode": "built", "binarize": "built"}
+    assert status == {"raw": "built", "spm": "built", "encode": "built",
+                      "binarize": "built"}
     for split, n in expected.items():
-        de, en = _lines(cfg.out / "raw" / f"{split}.de"), _lines(cfg.out / "raw" / f"{split}.en")
+        de = _lines(cfg.out / "raw" / f"{split}.de")
+        en = _lines(cfg.out / "raw" / f"{split}.en")
         assert len(de) == len(en) == n, split
         pieces = _lines(cfg.out / "spm" / f"{split}.en")
         assert len(pieces) == n and all(p.startswith("\u2581") for p in pieces)
     for path in wmt14.spm.binarized_outputs(cfg.out / "bin"):
         assert path.is_file() and path.stat().st_size > 0, path
     # one joined dictionary for both languages
-    assert (cfg.out / "bin/dict.de.txt").read_bytes() == (cfg.out / "bin/dict.en.txt").read_bytes()
+    dicts = [(cfg.out / f"bin/dict.{lang}.txt").read_bytes() for lang in ("de", "en")]
+    assert dicts[0] == dicts[1]
     assert "WMT14 De-En" in (cfg.out / "DATA_CARD.md").read_text(encoding="utf-8")
 
 

@@ -50,7 +50,8 @@ def test_clean_text_normalises_to_nfc() -> None:
 
 def test_semicolon_inside_gloss_is_not_an_alternative() -> None:
     # cleaning first removes "(Tier; Pflanze)" so only two real alternatives remain
-    assert ding.split_alternatives("Art {f} (Tier; Pflanze); Sorte {f}") == ["Art", "Sorte"]
+    alternatives = ding.split_alternatives("Art {f} (Tier; Pflanze); Sorte {f}")
+    assert alternatives == ["Art", "Sorte"]
 
 
 def test_simple_line() -> None:

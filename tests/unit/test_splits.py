@@ -25,7 +25,8 @@ def _corpus(n: int = 400, seed: int = 0) -> list[tuple[str, str]]:
     pairs = []
     for _ in range(n):
         idx = [rng.randrange(len(DE_WORDS)) for _ in range(rng.randint(1, 8))]
-        pairs.append((" ".join(DE_WORDS[i] for i in idx), " ".join(EN_WORDS[i] for i in idx)))
+        de = " ".join(DE_WORDS[i] for i in idx)
+        pairs.append((de, " ".join(EN_WORDS[i] for i in idx)))
     return pairs + pairs[:20]  # exact duplicates
 
 
@@ -47,7 +48,8 @@ def test_same_seed_gives_identical_files(tmp_path: Path) -> None:
 
 def test_other_seed_gives_other_split() -> None:
     one = splits.make_splits(_corpus(), CFG)
-    other = splits.make_splits(_corpus(), splits.SplitConfig(**{**CFG.__dict__, "seed": 2}))
+    other_cfg = splits.SplitConfig(**{**CFG.__dict__, "seed": 2})
+    other = splits.make_splits(_corpus(), other_cfg)
     assert one.test != other.test
 
 
@@ -79,7 +81,8 @@ def test_sizes_and_no_overlap() -> None:
 
 
 def test_overlap_ignores_case_and_punctuation() -> None:
-    assert splits.overlap_key("Der Hund, heute!") == splits.overlap_key("der  hund heute")
+    key = splits.overlap_key
+    assert key("Der Hund, heute!") == key("der  hund heute")
     pairs = [("Es regnet heute sehr.", "It rains a lot today."),
              ("es regnet heute sehr", "it is raining hard today"),
              ("Ein Satz mit vier Woertern", "a sentence of four words")]
@@ -101,7 +104,8 @@ def test_heldout_prefers_sentence_like_pairs() -> None:
 def test_length_filter() -> None:
     stats: Counter = Counter()
     cfg = splits.SplitConfig(min_words=2, max_words=3)
-    kept = splits.length_filter([("a", "b c"), ("a b", "c d"), ("a b c d", "e")], cfg, stats)
+    pairs = [("a", "b c"), ("a b", "c d"), ("a b c d", "e")]
+    kept = splits.length_filter(pairs, cfg, stats)
     assert kept == [("a b", "c d")]
     assert (stats["too_short"], stats["too_long"]) == (2, 0)
 
@@ -116,7 +120,8 @@ def test_max_train_caps_training_only() -> None:
 
 def test_too_few_pairs_is_a_user_error() -> None:
     with pytest.raises(RecipeError, match="too few"):
-        splits.make_splits(_corpus(n=30), splits.SplitConfig(valid_size=50, test_size=50))
+        cfg = splits.SplitConfig(valid_size=50, test_size=50)
+        splits.make_splits(_corpus(n=30), cfg)
 
 
 @pytest.mark.parametrize("kwargs", [{"valid_size": -1}, {"min_words": 0},
