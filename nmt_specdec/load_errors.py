@@ -7,13 +7,19 @@ SentencePiece model) or a different architecture (missing or unexpected
 parameters). torch reports both as a multi-line ``RuntimeError``; this module
 turns that report into one sentence for a :class:`CheckpointError`.
 
+A PyTorch file that is not a fairseq checkpoint at all (a bare
+``model.state_dict()``, a tensor) makes fairseq fail with a ``KeyError`` or
+``RuntimeError`` deep in its upgrade code, and an architecture name that no
+loaded plugin registered with an ``IndexError`` from a broken format string;
+:func:`foreign_checkpoint` recognises both from the unpickled state.
+
 Pure logic: no fairseq import. The glue is ``fairseq_plugins/load_guards.py``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from nmt_specdec.errors import CheckpointError
 
@@ -73,4 +79,43 @@ def _mismatch_text(exc: Optional[BaseException]) -> Optional[str]:
             return str(exc)
         exc = exc.__cause__ or exc.__context__
         seen += 1
+    return None
+
+
+def foreign_checkpoint(state: Any, checkpoint: str,
+                       is_registered: Callable[[str], bool]) -> Optional[CheckpointError]:
+    """Explains why an unpickled ``state`` cannot be a usable fairseq checkpoint.
+
+    Args:
+        state: what the checkpoint file unpickled to.
+        checkpoint: its path, for the message.
+        is_registered: whether fairseq knows a model architecture name.
+
+    Returns:
+        The error to raise, or ``None`` if ``state`` looks like a fairseq
+        checkpoint of a registered architecture.
+    """
+    if not isinstance(state, dict) or "model" not in state or (
+            state.get("cfg") is None and state.get("args") is None):
+        keys = sorted(map(str, state))[:3] if isinstance(state, dict) else []
+        what = f"a dict with keys {keys}" if keys else f"a {type(state).__name__}"
+        return CheckpointError(
+            f"{checkpoint} is a PyTorch file but not a fairseq checkpoint: it holds {what}, "
+            "not 'model' with 'cfg' or 'args' (was it saved by fairseq-train?)")
+    arch = _architecture(state)
+    if arch is not None and not is_registered(arch):
+        return CheckpointError(
+            f"checkpoint {checkpoint} needs the model architecture '{arch}', which is not "
+            "registered; is the --user-dir plugin that defines it loaded?")
+    return None
+
+
+def _architecture(state: dict) -> Optional[str]:
+    """The saved model architecture name (legacy ``args`` or Hydra ``cfg``)."""
+    model_cfg = state["args"] if state.get("cfg") is None else state["cfg"].get("model")
+    for name in ("arch", "_name"):
+        value = (model_cfg.get(name) if isinstance(model_cfg, dict)
+                 else getattr(model_cfg, name, None))
+        if isinstance(value, str):
+            return value
     return None

@@ -109,6 +109,29 @@ def test_translate_refuses_wrong_architecture(raw_text_toy, tmp_path, capsys) ->
     line = _translate(raw_text_toy, deeper, capsys)
     assert "does not match the architecture (missing parameters: encoder.layers.1." in line
 
+    # fairseq itself fails on an unknown name with an IndexError (a broken
+    # format string in fairseq.models.build_model).
+    unknown = _variant(raw_text_toy.specdec, tmp_path / "c.pt", _name="no_such_arch",
+                       arch="no_such_arch")
+    line = _translate(raw_text_toy, unknown, capsys)
+    assert line == (f"error: checkpoint {unknown} needs the model architecture "
+                    "'no_such_arch', which is not registered; is the --user-dir plugin "
+                    "that defines it loaded?")
+
+
+@pytest.mark.parametrize("kind", ["state-dict", "tensor", "no-cfg"])
+def test_translate_refuses_pytorch_file_that_is_no_fairseq_checkpoint(
+        raw_text_toy, tmp_path, capsys, kind) -> None:
+    state = load_checkpoint(raw_text_toy.specdec)
+    content = {"state-dict": state["model"], "tensor": torch.zeros(3),
+               "no-cfg": {"model": state["model"], "cfg": None}}[kind]
+    path = tmp_path / "weights.pt"
+    torch.save(content, path)
+
+    line = _translate(raw_text_toy, path, capsys)
+
+    assert line.startswith(f"error: {path} is a PyTorch file but not a fairseq checkpoint")
+
 
 def test_translate_refuses_dictionary_mismatch(raw_text_toy, tmp_path, capsys) -> None:
     other = _other_dictionary(raw_text_toy, tmp_path / "other")
