@@ -24,6 +24,8 @@ from nmt_specdec.data.steps import LOG, RecipeError, atomic_text
 # Hydra groups whose ``_name`` becomes the flag on the left.
 _NAME_FLAGS = {"task": "--task", "model": "--arch", "criterion": "--criterion",
                "optimizer": "--optimizer", "lr_scheduler": "--lr-scheduler"}
+# Top-level keys that configure Hydra itself, not fairseq.
+_HYDRA_KEYS = frozenset({"hydra", "defaults"})
 SETTINGS_FILE = "recipe_settings.json"
 INFO_FILE = "train_info.json"
 
@@ -71,7 +73,8 @@ def recipe_to_flags(recipe: Mapping[str, Any]) -> list[str]:
 
     ``task.data`` becomes the positional data argument, each group's ``_name``
     its selector flag (``model._name`` -> ``--arch``), ``key: true`` a bare
-    ``--key`` and ``key: false``/``null`` nothing (fairseq's defaults).
+    ``--key`` and ``key: false``/``null`` nothing (fairseq's defaults). The
+    ``hydra`` group (Hydra's own settings) is not for fairseq and is skipped.
 
     Example:
         ``{"optimization": {"lr": [0.001]}}`` -> ``["--lr", "0.001"]``.
@@ -82,7 +85,12 @@ def recipe_to_flags(recipe: Mapping[str, Any]) -> list[str]:
                           "(the binarized data directory)")
     flags = [str(data)]
     for group, values in recipe.items():
+        if group in _HYDRA_KEYS:
+            continue
         for key, value in (values or {}).items():
+            if isinstance(value, dict):
+                raise RecipeError(f"recipe key {group}.{key} is nested; fairseq "
+                                  "flags are flat")
             if key == "_name":
                 if group not in _NAME_FLAGS:
                     raise RecipeError(f"recipe group {group!r} cannot have a _name")
