@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from typing import List, Sequence
+from typing import BinaryIO, Iterator, List, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,31 @@ def split_lines(data: bytes) -> List[bytes]:
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
-def decode_lines(raw: Sequence[bytes]) -> List[str]:
-    """UTF-8 text of each line; invalid bytes become U+FFFD, with a warning per line."""
+def read_line_blocks(stream: BinaryIO, size: int) -> Iterator[List[bytes]]:
+    """Lines of a binary stream in blocks of ``size``, as :func:`split_lines` splits them.
+
+    Lets a long input be translated and written block by block.
+    """
+    block: List[bytes] = []
+    for line in stream:  # a binary stream splits at b"\n" only
+        line = line[:-1] if line.endswith(b"\n") else line
+        block.append(line[:-1] if line.endswith(b"\r") else line)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def decode_lines(raw: Sequence[bytes], first_line: int = 1) -> List[str]:
+    """UTF-8 text of each line; invalid bytes become U+FFFD, with a warning per line.
+
+    Args:
+        raw: undecoded lines.
+        first_line: 1-based input line number of ``raw[0]``, for warnings.
+    """
     text = []
-    for number, line in enumerate(raw, start=1):
+    for number, line in enumerate(raw, start=first_line):
         try:
             text.append(line.decode("utf-8"))
         except UnicodeDecodeError:

@@ -25,7 +25,7 @@ exactly one output line per input line, in input order, whatever the input:
   truncated or dropped.
 
 Sentences are decoded in length-sorted batches of ``--batch-size`` and put
-back in input order. The whole input is read into memory first.
+back in input order. Input is processed in blocks of ``BLOCK_LINES`` lines.
 
 Shapes: B sentences in a batch, S source pieces.
 """
@@ -37,15 +37,19 @@ import importlib.util
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
     SENTENCE_END, SPIECE_UNDERLINE, chunk_pieces, clean_text, decode_lines, detokenize,
-    split_lines)
+    read_line_blocks, split_lines)
 
 logger = logging.getLogger("nmt_specdec.translate")
+
+# Lines read, translated and written at a time.
+BLOCK_LINES = 2048
 
 INVALID_BYTES_HELP = ("invalid UTF-8 bytes are replaced by U+FFFD (decoded with "
                       "errors='replace') and a warning names the line")
@@ -202,21 +206,23 @@ def _build_generator(cfg: TranslateConfig, task, model):
     return task.build_generator([model], gen)
 
 
-def translate_lines(lines: Sequence[str], translator: Translator,
-                    batch_size: int) -> List[str]:
+def translate_lines(lines: Sequence[str], translator: Translator, batch_size: int,
+                    first_line: int = 1) -> List[str]:
     """Translates text lines; one output line per input line, in order.
 
     Args:
         lines: decoded input lines (no newlines).
         translator: from :func:`load_translator`.
         batch_size: most sentences (chunks) per model call.
+        first_line: 1-based input line number of ``lines[0]``, for warnings.
 
     Returns:
         Detokenized translations; ``""`` for lines that are empty once cleaned.
     """
     owners, sources = [], []
     src_dict = translator.task.source_dictionary
-    for number, line in enumerate(lines, start=1):
+    for index, line in enumerate(lines):
+        number = first_line + index
         text = clean_text(line)
         pieces = translator.spm.encode(text, out_type=str) if text else []
         chunks = chunk_pieces(pieces, translator.max_source_pieces) if pieces else []
@@ -225,7 +231,7 @@ def translate_lines(lines: Sequence[str], translator: Translator,
                            "translated in %d chunks joined by spaces", number, len(pieces),
                            translator.max_source_pieces + 1, len(chunks))
         for chunk in chunks:
-            owners.append(number - 1)
+            owners.append(index)
             sources.append([src_dict.index(p) for p in chunk] + [src_dict.eos()])
     parts: List[List[str]] = [[] for _ in lines]
     for owner, text in zip(owners, _generate(translator, sources, batch_size)):
@@ -256,30 +262,37 @@ def _generate(translator: Translator, sources: List[List[int]], batch_size: int)
 
 
 def run(cfg: TranslateConfig) -> int:
-    """Translates ``cfg.input`` into ``cfg.output``; returns the number of lines written."""
+    """Translates ``cfg.input`` into ``cfg.output``; returns the number of lines written.
+
+    The input is read, translated and written in blocks of :data:`BLOCK_LINES`
+    lines, so memory stays flat and a pipe sees output as it is produced.
+    """
+    with _open(cfg.input, "rb", sys.stdin.buffer, "--input: cannot read") as source:
+        translator = load_translator(cfg)
+        with _open(cfg.output, "wb", sys.stdout.buffer, "--output: cannot write") as sink:
+            written = 0
+            for block in read_line_blocks(source, BLOCK_LINES):
+                lines = decode_lines(block, first_line=written + 1)
+                outputs = translate_lines(lines, translator, cfg.batch_size, written + 1)
+                assert len(outputs) == len(lines)
+                sink.write("".join(line + "\n" for line in outputs).encode("utf-8"))
+                sink.flush()
+                written += len(outputs)
+    return written
+
+
+@contextmanager
+def _open(path: str, mode: str, standard: BinaryIO, failure: str) -> Iterator[BinaryIO]:
+    """``path`` opened in binary ``mode``, or the standard stream for ``-``."""
+    if path == "-":
+        yield standard
+        return
     try:
-        if cfg.input == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(cfg.input, "rb") as handle:
-                data = handle.read()
+        handle = open(path, mode)
     except OSError as err:
-        raise UserError(f"--input: cannot read {cfg.input}: {err.strerror}") from None
-    lines = decode_lines(split_lines(data))
-    translator = load_translator(cfg)
-    outputs = translate_lines(lines, translator, cfg.batch_size) if lines else []
-    assert len(outputs) == len(lines)
-    payload = "".join(line + "\n" for line in outputs).encode("utf-8")
-    if cfg.output == "-":
-        sys.stdout.buffer.write(payload)
-        sys.stdout.buffer.flush()
-    else:
-        try:
-            with open(cfg.output, "wb") as handle:
-                handle.write(payload)
-        except OSError as err:
-            raise UserError(f"--output: cannot write {cfg.output}: {err.strerror}") from None
-    return len(outputs)
+        raise UserError(f"{failure} {path}: {err.strerror}") from None
+    with handle:
+        yield handle
 
 
 # -------------------------------------------------------------------- CLI

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from types import SimpleNamespace
 
@@ -68,8 +69,8 @@ def test_id_round_trip_equals_normalized_text_modulo_unk(spm, text: str) -> None
 
 
 @SETTINGS
-@given(st.lists(st.binary(max_size=30), max_size=12), st.booleans())
-def test_line_count_is_preserved(lines: list, terminated: bool) -> None:
+@given(st.lists(st.binary(max_size=30), max_size=12), st.booleans(), st.integers(1, 4))
+def test_line_count_is_preserved(lines: list, terminated: bool, block_size: int) -> None:
     # A "\r" before "\n" belongs to the terminator ("\r\n"), not to the line.
     lines = [line.replace(b"\n", b"").rstrip(b"\r") for line in lines]
     data = b"".join(line + b"\n" for line in lines)
@@ -77,11 +78,14 @@ def test_line_count_is_preserved(lines: list, terminated: bool) -> None:
         data = data[:-1]  # an unterminated last line (if empty: no line at all)
 
     split = tr.split_lines(data)
+    blocks = list(tr.read_line_blocks(io.BytesIO(data), block_size))
     text = tr.decode_lines(split)
     cleaned = [tr.clean_text(t) for t in text]
 
     expected = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     assert len(split) == len(text) == len(cleaned) == expected
+    assert [line for block in blocks for line in block] == split
+    assert all(0 < len(block) <= block_size for block in blocks)
     if terminated:
         assert split == lines
     for line in cleaned:

@@ -50,7 +50,8 @@ def _count_model_rows(monkeypatch, translator) -> list:
 
 
 def test_hostile_file_gives_one_output_line_per_input_line(
-        raw_text_toy, hostile_file: Path, tmp_path: Path, caplog) -> None:
+        raw_text_toy, hostile_file: Path, tmp_path: Path, caplog, monkeypatch) -> None:
+    monkeypatch.setattr(tr, "BLOCK_LINES", 4)  # line numbers must count across blocks
     out = tmp_path / "out.txt"
     args = ["--checkpoint", str(raw_text_toy.specdec), "--spm-model",
             str(raw_text_toy.spm_model), "--data", str(raw_text_toy.data), "--cpu",
