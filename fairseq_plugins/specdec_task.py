@@ -23,6 +23,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from fairseq_plugins import inference_inputs, load_guards  # noqa: F401  (issue #8)
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
 from fairseq_plugins.generators import build_decoder
+from fairseq_plugins.generation_stats import log_stats_at_exit
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,8 @@ class TranslationSpecDecTask(TranslationTask):
             stock = super().build_generator(
                 models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
             )
-        return build_decoder(self.cfg, models, self.target_dictionary, args, stock)
+        return log_stats_at_exit(
+            build_decoder(self.cfg, models, self.target_dictionary, args, stock))
 
 
 def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:

@@ -16,6 +16,7 @@ if str(REPO_ROOT) not in sys.path:  # `tests.helpers` and the packages, uninstal
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.helpers.fairseq_toy import binarize, make_toy_data, train_tiny  # noqa: E402
+from tests.helpers.specdec_toy import SpecDecToy, train_specdec_toy  # noqa: E402
 
 # --eval-bleu makes fairseq keep numpy arrays among the saved meters, so the
 # shared checkpoint exercises every entry of the checkpoint allowlist.
@@ -40,3 +41,16 @@ def tiny_transformer_ckpt(tmp_path_factory: pytest.TempPathFactory, toy_data_bin
     """
     save_dir = tmp_path_factory.mktemp("tiny_transformer")
     return train_tiny(toy_data_bin, save_dir, extra_args=EVAL_BLEU_ARGS)
+
+
+@pytest.fixture(scope="session")
+def specdec_toy(tmp_path_factory: pytest.TempPathFactory) -> SpecDecToy:
+    """A ``specdec_transformer_tiny`` (d=64, 2+2 layers, 1 draft layer, K=4)
+    trained jointly for 250 CPU updates (~25 s of CPU) on a copy task over 12
+    symbols: 3000 train / 100 valid / 200 test pairs.
+
+    Fields: ``raw_dir``, ``data_bin``, ``checkpoint`` (``checkpoint_last.pt``),
+    ``train_log`` (JSON log lines, see ``records()``), ``decode_args()``.
+    Treat it as read-only; copy its checkpoint directory to continue training.
+    """
+    return train_specdec_toy(tmp_path_factory.mktemp("specdec_toy"))

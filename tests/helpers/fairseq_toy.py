@@ -17,7 +17,9 @@ parameters) so that the SpecDec tests can train their joint model with them.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,19 +59,33 @@ TINY_TRAIN_ARGS: tuple[str, ...] = (
 )
 
 
-def toy_pair(rng: random.Random, min_len: int = 3, max_len: int = 10) -> tuple[str, str]:
-    """Draws one toy sentence pair: random symbols and their reversal.
+TOY_TASKS = ("reverse", "copy")
+
+
+def toy_pair(
+    rng: random.Random,
+    min_len: int = 3,
+    max_len: int = 10,
+    task: str = "reverse",
+    alphabet: Sequence[str] = TOY_ALPHABET,
+) -> tuple[str, str]:
+    """Draws one toy sentence pair: random symbols and their reversal (or copy).
 
     Args:
         rng: Source of randomness (seeded by the caller for reproducibility).
         min_len: Shortest source length in tokens.
         max_len: Longest source length in tokens.
+        task: ``"reverse"`` (target = reversed source) or ``"copy"``.
+        alphabet: Symbols to draw from.
 
     Returns:
         ``(source, target)`` as space-separated token strings.
     """
-    tokens = [rng.choice(TOY_ALPHABET) for _ in range(rng.randint(min_len, max_len))]
-    return " ".join(tokens), " ".join(reversed(tokens))
+    if task not in TOY_TASKS:
+        raise ValueError(f"task must be one of {TOY_TASKS}, got {task!r}")
+    tokens = [rng.choice(alphabet) for _ in range(rng.randint(min_len, max_len))]
+    target = tokens if task == "copy" else tokens[::-1]
+    return " ".join(tokens), " ".join(target)
 
 
 def make_toy_data(
@@ -79,6 +95,8 @@ def make_toy_data(
     src: str = "src",
     tgt: str = "tgt",
     splits: Mapping[str, float] | None = None,
+    task: str = "reverse",
+    alphabet: Sequence[str] = TOY_ALPHABET,
 ) -> Path:
     """Writes raw toy parallel text as ``{split}.{src}`` / ``{split}.{tgt}``.
 
@@ -89,6 +107,8 @@ def make_toy_data(
         src: Source language suffix.
         tgt: Target language suffix.
         splits: Split name -> size as a fraction of ``n`` (at least 1 pair).
+        task: ``"reverse"`` or ``"copy"`` (see :func:`toy_pair`).
+        alphabet: Symbols to draw from.
 
     Returns:
         ``out_dir``.
@@ -97,7 +117,8 @@ def make_toy_data(
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     for split, frac in (splits or DEFAULT_SPLITS).items():
-        pairs = [toy_pair(rng) for _ in range(max(1, round(n * frac)))]
+        pairs = [toy_pair(rng, task=task, alphabet=alphabet)
+                 for _ in range(max(1, round(n * frac)))]
         (out_dir / f"{split}.{src}").write_text("".join(s + "\n" for s, _ in pairs))
         (out_dir / f"{split}.{tgt}").write_text("".join(t + "\n" for _, t in pairs))
     return out_dir
@@ -234,3 +255,33 @@ def hypotheses(output: str) -> dict[int, str]:
             head, _score, *text = line.split("\t")
             hyps.setdefault(int(head[2:]), text[0] if text else "")
     return hyps
+
+
+def json_log_records(output: str) -> list[tuple[str, dict]]:
+    """Parses the stat lines of a ``--log-format json`` fairseq run.
+
+    Args:
+        output: The run's stdout and stderr (``... | INFO | train_inner | {...}``).
+
+    Returns:
+        ``(tag, stats)`` per line in order; tag is ``train_inner``, ``train``,
+        ``valid`` etc. and values are floats where they parse as numbers.
+    """
+    records = []
+    for line in output.splitlines():
+        match = re.search(r"\| (\w+) \| (\{.*\})\s*$", line)
+        if not match:
+            continue
+        try:
+            stats = json.loads(match.group(2))
+        except json.JSONDecodeError:
+            continue
+        records.append((match.group(1), {k: _number(v) for k, v in stats.items()}))
+    return records
+
+
+def _number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value

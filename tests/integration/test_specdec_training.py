@@ -1,0 +1,222 @@
+"""Training SpecDec models with fairseq's own CLIs on the CPU (issue #3).
+
+* joint training on a toy copy task learns a useful draft head quickly;
+* ``--init-from-ar-checkpoint --freeze-verifier`` trains the draft head only;
+* ``fairseq-train`` and ``fairseq-hydra-train`` save and resume;
+* 2-process distributed training (gloo) runs;
+* the exported verifier decodes with stock fairseq, without ``--user-dir``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from nmt_specdec.checkpoint_safety import load_checkpoint
+from tests.helpers.fairseq_toy import (
+    EXACT_BATCHING,
+    PLUGINS_DIR,
+    REPO_ROOT,
+    TINY_TRANSFORMER_ARGS,
+    hypotheses,
+    json_log_records,
+    run_cli,
+    train_tiny,
+)
+from tests.helpers.specdec_toy import SPECDEC_TOY_UPDATES, SpecDecToy, train_specdec_args
+
+# The stock tiny transformer's sizes plus a 1-layer draft head, K=3.
+TINY_SPECDEC_ARGS = (*TINY_TRANSFORMER_ARGS, "--draft-layers", "1", "--draft-block-size", "3")
+SPECDEC_TASK_ARGS = ("--task", "translation_specdec", "--criterion", "specdec_joint_loss")
+
+
+def _num_updates(checkpoint: Path) -> int:
+    return load_checkpoint(checkpoint)["optimizer_history"][-1]["num_updates"]
+
+
+# ------------------------------------------------------------------ (a) learning
+
+
+def test_joint_training_learns_draft_head_within_two_minutes(specdec_toy: SpecDecToy) -> None:
+    seconds = float(re.search(r"done training in ([\d.]+) seconds", specdec_toy.train_log)[1])
+    assert seconds < 120, f"{SPECDEC_TOY_UPDATES} updates took {seconds:.0f} s"
+
+    inner = specdec_toy.records("train_inner")
+    assert len(inner) >= 6
+    ar_losses = [r["ar_loss"] for r in inner]
+    print("train ar_loss:", ar_losses, "draft_acc1:", [r["draft_acc1"] for r in inner])
+    # Falling AR loss: every later quarter of training is below the first one.
+    assert ar_losses[-1] < 0.5 * ar_losses[0], ar_losses
+    assert all(later < ar_losses[0] for later in ar_losses[1:]), ar_losses
+
+    valid = specdec_toy.records("valid")[-1]
+    print("final valid:", valid)
+    assert valid["valid_num_updates"] == SPECDEC_TOY_UPDATES
+    # Slot-1 accuracy of the draft head on held-out sentences (a real count:
+    # draft_total1 is the mean number of slot-1 targets per validation batch).
+    assert valid["valid_draft_total1"] >= 32
+    assert valid["valid_draft_acc1"] >= 90.0
+    assert 0 < valid["valid_draft_acc"] <= 100
+    assert valid["valid_ar_loss"] < inner[0]["ar_loss"]
+
+
+# ------------------------------------------------------- (b) frozen verifier
+
+
+def test_freeze_verifier_trains_only_the_draft_head(
+    tmp_path: Path, toy_data_bin: Path, tiny_transformer_ckpt: Path
+) -> None:
+    save_dir = tmp_path / "draft_only"
+    train_tiny(
+        toy_data_bin, save_dir, arch="specdec_transformer", max_update=4,
+        model_args=TINY_SPECDEC_ARGS,
+        extra_args=(*SPECDEC_TASK_ARGS, "--init-from-ar-checkpoint", tiny_transformer_ckpt,
+                    "--freeze-verifier", "--save-interval-updates", "2",
+                    "--keep-interval-updates", "5"),
+    )
+    stock = load_checkpoint(tiny_transformer_ckpt)["model"]
+    at_2 = load_checkpoint(save_dir / "checkpoint_1_2.pt")["model"]
+    at_4 = load_checkpoint(save_dir / "checkpoint_last.pt")["model"]
+    assert _num_updates(save_dir / "checkpoint_last.pt") == 4
+
+    draft = sorted(k for k in at_4 if k.startswith("draft_head."))
+    assert draft and "draft_head.mask_embedding" in draft
+    assert sorted(set(at_4) - set(draft)) == sorted(stock)
+    for key, value in stock.items():  # encoder, verifier decoder, embeddings
+        assert torch.equal(at_2[key], value), key
+        assert torch.equal(at_4[key], value), key
+    changed = [k for k in draft if not torch.equal(at_2[k], at_4[k])]
+    assert "draft_head.mask_embedding" in changed
+    assert len(changed) >= len(draft) // 2, (changed, draft)
+
+
+# ------------------------------------------------------------- (c) resuming
+
+
+def test_fairseq_train_resumes_specdec_checkpoint(tmp_path: Path, specdec_toy: SpecDecToy) -> None:
+    save_dir = tmp_path / "resumed"
+    shutil.copytree(specdec_toy.checkpoint.parent, save_dir)
+    before = load_checkpoint(specdec_toy.checkpoint)["model"]
+
+    proc = run_cli("train", train_specdec_args(specdec_toy.data_bin, save_dir,
+                                               SPECDEC_TOY_UPDATES + 3))
+
+    log = proc.stdout + proc.stderr
+    assert re.search(rf"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ "
+                     rf"{SPECDEC_TOY_UPDATES} updates\)", log), log[-3000:]
+    last = save_dir / "checkpoint_last.pt"
+    assert _num_updates(last) == SPECDEC_TOY_UPDATES + 3
+    after = load_checkpoint(last)["model"]
+    assert not torch.equal(after["draft_head.mask_embedding"], before["draft_head.mask_embedding"])
+
+
+def _hydra_train(data_bin: Path, save_dir: Path, max_update: int) -> str:
+    overrides = [
+        f"task.data={data_bin}", "task.source_lang=src", "task.target_lang=tgt",
+        f"checkpoint.save_dir={save_dir}", f"hydra.run.dir={save_dir}/hydra",
+        f"optimization.max_update={max_update}", "dataset.max_tokens=1024",
+        "dataset.validate_interval_updates=0", "common.log_interval=1",
+        "model.encoder_embed_dim=32", "model.decoder_embed_dim=32",
+        "model.encoder_ffn_embed_dim=64", "model.decoder_ffn_embed_dim=64",
+        "model.encoder_layers=1", "model.decoder_layers=1", "model.draft_layers=1",
+        "+model.encoder_attention_heads=2", "+model.decoder_attention_heads=2",
+        "model.draft_block_size=3", "lr_scheduler.warmup_updates=2",
+    ]
+    proc = run_cli("hydra_train", ["--config-dir", "conf", "--config-name", "cpu_tiny",
+                                   *overrides], cwd=REPO_ROOT)
+    return proc.stdout + proc.stderr
+
+
+def test_hydra_cpu_tiny_recipe_trains_and_resumes(tmp_path: Path, toy_data_bin: Path) -> None:
+    save_dir = tmp_path / "hydra"
+    first = _hydra_train(toy_data_bin, save_dir, max_update=3)
+    assert "specdec_transformer_tiny" in first or "SpecDecTransformerModel" in first
+    assert _num_updates(save_dir / "checkpoint_last.pt") == 3
+
+    second = _hydra_train(toy_data_bin, save_dir, max_update=5)
+
+    assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ 3 updates\)",
+                     second), second[-3000:]
+    assert _num_updates(save_dir / "checkpoint_last.pt") == 5
+    model = load_checkpoint(save_dir / "checkpoint_last.pt")["model"]
+    assert model["encoder.embed_tokens.weight"].shape[1] == 32  # the override took
+    assert any(k.startswith("draft_head.") for k in model)
+
+
+# ---------------------------------------------------------- (d) distributed
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_process_gloo_training(tmp_path: Path, toy_data_bin: Path) -> None:
+    # fairseq 0.12 infers a launch only for GPUs (torchrun needs a CUDA device
+    # count), so each CPU rank is started explicitly and meets over TCP.
+    save_dir = tmp_path / "ddp"
+    port = _free_port()
+    common = [
+        str(toy_data_bin), "--user-dir", str(PLUGINS_DIR), *SPECDEC_TASK_ARGS,
+        "--arch", "specdec_transformer_tiny", *TINY_SPECDEC_ARGS,
+        "--cpu", "--seed", "1", "--num-workers", "0", "--optimizer", "adam", "--lr", "1e-3",
+        "--max-tokens", "512", "--max-update", "3", "--save-dir", str(save_dir),
+        "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "json",
+        "--log-interval", "1", "--distributed-world-size", "2", "--distributed-backend",
+        "gloo", "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+        "--distributed-no-spawn", "--ddp-backend", "legacy_ddp",
+    ]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "fairseq_cli.train", *common,
+                          "--distributed-rank", str(rank)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for rank, (proc, out) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 0, f"rank {rank}:\n{out[-3000:]}"
+    assert "distributed init (rank 0)" in outputs[0]
+    assert "distributed init (rank 1)" in outputs[1]
+    assert "training on 2 devices" in outputs[0]
+    inner = [s for tag, s in json_log_records(outputs[0]) if tag == "train_inner"]
+    assert [s["num_updates"] for s in inner] == [1, 2, 3]
+    assert _num_updates(save_dir / "checkpoint_last.pt") == 3
+
+
+# ------------------------------------------------------------------ (e) export
+
+
+def _export_script():
+    spec = importlib.util.spec_from_file_location(
+        "export_verifier", REPO_ROOT / "scripts" / "export_verifier.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_exported_verifier_decodes_without_user_dir(tmp_path: Path,
+                                                     specdec_toy: SpecDecToy) -> None:
+    exported = tmp_path / "verifier.pt"
+    _export_script().run(str(specdec_toy.checkpoint), str(exported))
+
+    proc = run_cli("generate", [specdec_toy.data_bin, "--path", exported, "--cpu", "-s", "src",
+                                "-t", "tgt", "--beam", "1", "--batch-size", "64",
+                                *EXACT_BATCHING])
+
+    assert "--user-dir" not in " ".join(map(str, proc.args))
+    hyps = hypotheses(proc.stdout)
+    sources = specdec_toy.test_lines("src")
+    assert sorted(hyps) == list(range(len(sources)))
+    correct = sum(hyps[i] == src for i, src in enumerate(sources))  # copy task
+    assert correct >= 0.9 * len(sources), f"{correct}/{len(sources)}"
+    state = torch.load(exported, weights_only=True)  # plain containers only
+    assert state["cfg"]["model"]["arch"] == "transformer"
+    assert not any(k.startswith("draft_head.") for k in state["model"])
