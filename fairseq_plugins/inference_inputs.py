@@ -51,12 +51,17 @@ def tolerate_invalid_stdin() -> None:
         return
     try:
         stdin.reconfigure(errors="surrogateescape")
-    except (AttributeError, ValueError, OSError):  # not a TextIOWrapper, or already read
+    except (
+        AttributeError,
+        ValueError,
+        OSError,
+    ):  # not a TextIOWrapper, or already read
         pass
 
 
-def interactive_tokens(task, lines: Sequence[str], encode_fn) -> Tuple[List[torch.Tensor],
-                                                                       List[int]]:
+def interactive_tokens(
+    task, lines: Sequence[str], encode_fn
+) -> Tuple[List[torch.Tensor], List[int]]:
     """fairseq's ``get_interactive_tokens_and_lengths``, on cleaned lines.
 
     Returns:
@@ -66,10 +71,15 @@ def interactive_tokens(task, lines: Sequence[str], encode_fn) -> Tuple[List[torc
     tokens = []
     for number, line in enumerate(lines, start=first):
         if any(0xD800 <= ord(ch) <= 0xDFFF for ch in line) or "\ufffd" in line:
-            logger.warning("input line %d: invalid UTF-8 bytes replaced by U+FFFD", number)
+            logger.warning(
+                "input line %d: invalid UTF-8 bytes replaced by U+FFFD", number
+            )
         text = clean_text(line)
-        tokens.append(task.source_dictionary.encode_line(
-            encode_fn(text) if text else "", add_if_not_exist=False).long())
+        tokens.append(
+            task.source_dictionary.encode_line(
+                encode_fn(text) if text else "", add_if_not_exist=False
+            ).long()
+        )
     return tokens, [t.numel() for t in tokens]
 
 
@@ -85,10 +95,22 @@ class TruncatingInferenceDataset(LanguagePairDataset):
         (others): as :class:`~fairseq.data.LanguagePairDataset`.
     """
 
-    def __init__(self, src: List[torch.Tensor], src_sizes, src_dict, tgt_dict,
-                 constraints, first_line: int):
-        super().__init__(list(src), np.array(src_sizes), src_dict, tgt_dict=tgt_dict,
-                         constraints=constraints)
+    def __init__(
+        self,
+        src: List[torch.Tensor],
+        src_sizes,
+        src_dict,
+        tgt_dict,
+        constraints,
+        first_line: int,
+    ):
+        super().__init__(
+            list(src),
+            np.array(src_sizes),
+            src_dict,
+            tgt_dict=tgt_dict,
+            constraints=constraints,
+        )
         self.first_line = first_line
 
     def filter_indices_by_size(self, indices, max_sizes):
@@ -101,9 +123,14 @@ class TruncatingInferenceDataset(LanguagePairDataset):
 
     def _truncate(self, index: int, limit: int) -> None:
         source = self.src[index]
-        logger.warning("input line %d: %d tokens exceed the model's %d source positions; "
-                       "truncated to the first %d", self.first_line + index,
-                       source.numel(), limit, limit - 1)
+        logger.warning(
+            "input line %d: %d tokens exceed the model's %d source positions; "
+            "truncated to the first %d",
+            self.first_line + index,
+            source.numel(),
+            limit,
+            limit - 1,
+        )
         self.src[index] = torch.cat([source[: limit - 1], source[-1:]])  # (limit,)
         self.src_sizes[index] = limit
 
@@ -119,5 +146,11 @@ def inference_dataset(task, src_tokens, src_lengths, constraints=None):
     """fairseq's ``build_dataset_for_inference`` with line numbers and truncation."""
     first = _LINES_SEEN.get(task, 0) + 1
     _LINES_SEEN[task] = first - 1 + len(src_tokens)
-    return TruncatingInferenceDataset(src_tokens, src_lengths, task.source_dictionary,
-                                      task.target_dictionary, constraints, first)
+    return TruncatingInferenceDataset(
+        src_tokens,
+        src_lengths,
+        task.source_dictionary,
+        task.target_dictionary,
+        constraints,
+        first,
+    )

@@ -34,8 +34,9 @@ def _explain(exc: BaseException, paths: Sequence[Any]) -> Optional[CheckpointErr
     """A one-line error for a load failure we can attribute, else ``None``."""
     names = ", ".join(map(str, paths))
     error = state_dict_mismatch(exc, names)
-    if error is not None or not isinstance(exc, (KeyError, RuntimeError, IndexError,
-                                                 AttributeError, TypeError)):
+    if error is not None or not isinstance(
+        exc, (KeyError, RuntimeError, IndexError, AttributeError, TypeError)
+    ):
         return error
     for path in paths:  # only on the failure path: read the file once more
         state = load_checkpoint(str(path))  # may itself raise a CheckpointError
@@ -58,7 +59,9 @@ def _guard_ensemble_loader(original: Callable[..., Any]) -> Callable[..., Any]:
             if not str(exc).startswith("Model file not found: "):
                 raise
             path = str(exc).removeprefix("Model file not found: ")
-            raise CheckpointError(f"cannot read checkpoint {path}: No such file") from None
+            raise CheckpointError(
+                f"cannot read checkpoint {path}: No such file"
+            ) from None
         except Exception as exc:
             error = _explain(exc, list(filenames))
             if error is None:
@@ -90,7 +93,8 @@ def install() -> None:
     """Wraps fairseq's two model-state loaders (idempotent)."""
     if not getattr(checkpoint_utils.load_model_ensemble_and_task, _MARK, False):
         checkpoint_utils.load_model_ensemble_and_task = _guard_ensemble_loader(
-            checkpoint_utils.load_model_ensemble_and_task)
+            checkpoint_utils.load_model_ensemble_and_task
+        )
     if not getattr(Trainer.load_checkpoint, _MARK, False):
         Trainer.load_checkpoint = _guard_trainer_loader(Trainer.load_checkpoint)
 

@@ -24,13 +24,18 @@ from typing import Any, Callable, Optional
 from nmt_specdec.errors import CheckpointError
 
 _SIZE_MISMATCH = re.compile(
-    r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) "
+    r"size mismatch for ([\w.]+): copying a param with shape "
+    r"torch\.Size\(\[([\d, ]*)\]\) "
     r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)"
 )
-_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: ((?:\"[^\"]+\"(?:, )?)+)")
+_KEYS = re.compile(
+    r"(Missing|Unexpected) key\(s\) in state_dict: ((?:\"[^\"]+\"(?:, )?)+)"
+)
 
 
-def state_dict_mismatch(exc: BaseException, checkpoint: str) -> Optional[CheckpointError]:
+def state_dict_mismatch(
+    exc: BaseException, checkpoint: str
+) -> Optional[CheckpointError]:
     """Explains torch's ``load_state_dict`` failure in one line.
 
     Args:
@@ -49,13 +54,15 @@ def state_dict_mismatch(exc: BaseException, checkpoint: str) -> Optional[Checkpo
         name, saved, built = size.group(1), size.group(2), size.group(3)
         if "embed_tokens" in name or "output_projection" in name:
             return CheckpointError(
-                f"checkpoint {checkpoint} does not match the dictionary: its {name} has "
-                f"{saved.split(',')[0]} rows but the dictionary has {built.split(',')[0]} "
+                f"checkpoint {checkpoint} does not match the dictionary: its {name} "
+                f"has {saved.split(',')[0]} rows but the dictionary has "
+                f"{built.split(',')[0]} "
                 "symbols; use the data directory (dict.*.txt) and SentencePiece model "
                 "the checkpoint was trained with"
             )
         return CheckpointError(
-            f"checkpoint {checkpoint} does not match the architecture: {name} has shape "
+            f"checkpoint {checkpoint} does not match the architecture: {name} has "
+            "shape "
             f"[{saved}] in the checkpoint but [{built}] in the model built from the "
             "options; pass the checkpoint's own --arch and size options"
         )
@@ -64,7 +71,8 @@ def state_dict_mismatch(exc: BaseException, checkpoint: str) -> Optional[Checkpo
     if keys:
         names = [k.strip('"') for k in keys.group(2).split(", ")]
         detail = f" ({keys.group(1).lower()} parameters: {', '.join(names[:3])}" + (
-            ", ...)" if len(names) > 3 else ")")
+            ", ...)" if len(names) > 3 else ")"
+        )
     return CheckpointError(
         f"checkpoint {checkpoint} does not match the architecture{detail}; it was "
         "trained with another --arch (or other model options)"
@@ -75,15 +83,18 @@ def _mismatch_text(exc: Optional[BaseException]) -> Optional[str]:
     """torch's ``Error(s) in loading state_dict`` message in ``exc`` or its context."""
     seen = 0
     while exc is not None and seen < 4:
-        if isinstance(exc, RuntimeError) and "Error(s) in loading state_dict" in str(exc):
+        if isinstance(exc, RuntimeError) and "Error(s) in loading state_dict" in str(
+            exc
+        ):
             return str(exc)
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
 
 
-def foreign_checkpoint(state: Any, checkpoint: str,
-                       is_registered: Callable[[str], bool]) -> Optional[CheckpointError]:
+def foreign_checkpoint(
+    state: Any, checkpoint: str, is_registered: Callable[[str], bool]
+) -> Optional[CheckpointError]:
     """Explains why an unpickled ``state`` cannot be a usable fairseq checkpoint.
 
     Args:
@@ -95,18 +106,25 @@ def foreign_checkpoint(state: Any, checkpoint: str,
         The error to raise, or ``None`` if ``state`` looks like a fairseq
         checkpoint of a registered architecture.
     """
-    if not isinstance(state, dict) or "model" not in state or (
-            state.get("cfg") is None and state.get("args") is None):
+    if (
+        not isinstance(state, dict)
+        or "model" not in state
+        or (state.get("cfg") is None and state.get("args") is None)
+    ):
         keys = sorted(map(str, state))[:3] if isinstance(state, dict) else []
         what = f"a dict with keys {keys}" if keys else f"a {type(state).__name__}"
         return CheckpointError(
-            f"{checkpoint} is a PyTorch file but not a fairseq checkpoint: it holds {what}, "
-            "not 'model' with 'cfg' or 'args' (was it saved by fairseq-train?)")
+            f"{checkpoint} is a PyTorch file but not a fairseq checkpoint: it holds "
+            f"{what}, "
+            "not 'model' with 'cfg' or 'args' (was it saved by fairseq-train?)"
+        )
     arch = _architecture(state)
     if arch is not None and not is_registered(arch):
         return CheckpointError(
-            f"checkpoint {checkpoint} needs the model architecture '{arch}', which is not "
-            "registered; is the --user-dir plugin that defines it loaded?")
+            f"checkpoint {checkpoint} needs the model architecture '{arch}', which is "
+            "not "
+            "registered; is the --user-dir plugin that defines it loaded?"
+        )
     return None
 
 
@@ -114,8 +132,11 @@ def _architecture(state: dict) -> Optional[str]:
     """The saved model architecture name (legacy ``args`` or Hydra ``cfg``)."""
     model_cfg = state["args"] if state.get("cfg") is None else state["cfg"].get("model")
     for name in ("arch", "_name"):
-        value = (model_cfg.get(name) if isinstance(model_cfg, dict)
-                 else getattr(model_cfg, name, None))
+        value = (
+            model_cfg.get(name)
+            if isinstance(model_cfg, dict)
+            else getattr(model_cfg, name, None)
+        )
         if isinstance(value, str):
             return value
     return None

@@ -17,8 +17,20 @@ logger = logging.getLogger(__name__)
 
 SPIECE_UNDERLINE = "\u2581"
 # A chunk of an over-long line preferably ends after one of these.
-SENTENCE_END = (".", "!", "?", ";", ":", "\u2026", "\u3002", "\uff01", "\uff1f", "\uff1b",
-                "\u061f", "\u0964")
+SENTENCE_END = (
+    ".",
+    "!",
+    "?",
+    ";",
+    ":",
+    "\u2026",
+    "\u3002",
+    "\uff01",
+    "\uff1f",
+    "\uff1b",
+    "\u061f",
+    "\u0964",
+)
 
 
 def split_lines(data: bytes) -> List[bytes]:
@@ -32,7 +44,7 @@ def split_lines(data: bytes) -> List[bytes]:
 
 
 def read_line_blocks(stream: BinaryIO, size: int) -> Iterator[List[bytes]]:
-    """Lines of a binary stream in blocks of ``size``, as :func:`split_lines` splits them.
+    """Lines of a binary stream in blocks of ``size``, split as by :func:`split_lines`.
 
     Lets a long input be translated and written block by block.
     """
@@ -59,7 +71,9 @@ def decode_lines(raw: Sequence[bytes], first_line: int = 1) -> List[str]:
         try:
             text.append(line.decode("utf-8"))
         except UnicodeDecodeError:
-            logger.warning("input line %d: invalid UTF-8 bytes replaced by U+FFFD", number)
+            logger.warning(
+                "input line %d: invalid UTF-8 bytes replaced by U+FFFD", number
+            )
             text.append(line.decode("utf-8", errors="replace"))
     return text
 
@@ -122,7 +136,7 @@ def _cut_point(pieces: Sequence[str], start: int, limit: int) -> int:
 
 
 def detokenize(pieces: str) -> str:
-    """Space-separated pieces back to text, as fairseq's ``--post-process sentencepiece``.
+    """Space-separated pieces back to text (fairseq's ``--post-process sentencepiece``).
 
     Whitespace inside the result is collapsed so that a translation is always
     exactly one line.

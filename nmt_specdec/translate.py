@@ -43,19 +43,30 @@ from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
-    SENTENCE_END, SPIECE_UNDERLINE, chunk_pieces, clean_text, decode_lines, detokenize,
-    read_line_blocks, split_lines)
+    SENTENCE_END,
+    SPIECE_UNDERLINE,
+    chunk_pieces,
+    clean_text,
+    decode_lines,
+    detokenize,
+    read_line_blocks,
+    split_lines,
+)
 
 logger = logging.getLogger("nmt_specdec.translate")
 
 # Lines read, translated and written at a time.
 BLOCK_LINES = 2048
 
-INVALID_BYTES_HELP = ("invalid UTF-8 bytes are replaced by U+FFFD (decoded with "
-                      "errors='replace') and a warning names the line")
-LONG_LINE_HELP = ("a line longer than the model's source positions is split at sentence "
-                  "punctuation or word boundaries, each chunk translated, and the results "
-                  "joined with a space (a warning names the line)")
+INVALID_BYTES_HELP = (
+    "invalid UTF-8 bytes are replaced by U+FFFD (decoded with "
+    "errors='replace') and a warning names the line"
+)
+LONG_LINE_HELP = (
+    "a line longer than the model's source positions is split at sentence "
+    "punctuation or word boundaries, each chunk translated, and the results "
+    "joined with a space (a warning names the line)"
+)
 
 
 # ----------------------------------------------------------------- config
@@ -137,60 +148,85 @@ def load_translator(cfg: TranslateConfig) -> Translator:
     try:
         spm = sentencepiece.SentencePieceProcessor(model_file=cfg.spm_model)
     except (OSError, RuntimeError) as err:
-        raise UserError(f"--spm-model {cfg.spm_model} is not a SentencePiece model "
-                        f"({' '.join(str(err).split())[:120]})") from None
+        raise UserError(
+            f"--spm-model {cfg.spm_model} is not a SentencePiece model "
+            f"({' '.join(str(err).split())[:120]})"
+        ) from None
     model, task = _load_model(cfg)
     if cfg.spec_decoding:
         _check_specdec(cfg, task, model)
     _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
-    device = torch.device("cuda" if torch.cuda.is_available() and not cfg.cpu else "cpu")
+    device = torch.device(
+        "cuda" if torch.cuda.is_available() and not cfg.cpu else "cpu"
+    )
     model.to(device).eval()
     generator = _build_generator(cfg, task, model)
-    max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[0]
+    max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[
+        0
+    ]
     return Translator(task, model, generator, spm, int(max_src) - 1, device)
 
 
 def _load_model(cfg: TranslateConfig):
     from fairseq import checkpoint_utils
 
-    overrides = {name: value for name, value in (
-        ("data", cfg.data), ("source_lang", cfg.source_lang),
-        ("target_lang", cfg.target_lang)) if value is not None}
+    overrides = {
+        name: value
+        for name, value in (
+            ("data", cfg.data),
+            ("source_lang", cfg.source_lang),
+            ("target_lang", cfg.target_lang),
+        )
+        if value is not None
+    }
     try:
         models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [cfg.checkpoint], arg_overrides=overrides)
+            [cfg.checkpoint], arg_overrides=overrides
+        )
     except FileNotFoundError as err:
-        raise UserError(f"cannot load {cfg.checkpoint}: no such file {err.filename}; pass "
-                        "--data DIR holding the checkpoint's dict.SRC.txt and "
-                        "dict.TGT.txt") from None
+        raise UserError(
+            f"cannot load {cfg.checkpoint}: no such file {err.filename}; pass "
+            "--data DIR holding the checkpoint's dict.SRC.txt and "
+            "dict.TGT.txt"
+        ) from None
     except KeyError as err:
-        raise UserError(f"{cfg.checkpoint} needs a task or architecture that is not "
-                        f"registered ({err}); is it a fairseq translation checkpoint?"
-                        ) from None
+        raise UserError(
+            f"{cfg.checkpoint} needs a task or architecture that is not "
+            f"registered ({err}); is it a fairseq translation checkpoint?"
+        ) from None
     return models[0], task
 
 
 def _check_specdec(cfg: TranslateConfig, task, model) -> None:
     if not hasattr(task.cfg, "spec_decoding") or not hasattr(model, "draft_head"):
         raise UserError(
-            f"--spec-decoding needs a checkpoint with a draft head, and {cfg.checkpoint} "
+            "--spec-decoding needs a checkpoint with a draft head, and "
+            f"{cfg.checkpoint} "
             "has none; train one with --task translation_specdec --arch "
-            "specdec_transformer_* (or decode this one without --spec-decoding)")
+            "specdec_transformer_* (or decode this one without --spec-decoding)"
+        )
     k = cfg.spec_k or model.draft_block_size
     if k >= model.max_decoder_positions():
-        raise UserError(f"--spec-k {k} must be below the model's "
-                        f"{model.max_decoder_positions()} target positions")
+        raise UserError(
+            f"--spec-k {k} must be below the model's "
+            f"{model.max_decoder_positions()} target positions"
+        )
 
 
 def _check_spm_matches(spm, dictionary, path: str) -> None:
     """Refuses a SentencePiece model whose pieces the source dictionary lacks."""
-    pieces = [spm.id_to_piece(i) for i in range(spm.get_piece_size())
-              if not (spm.is_control(i) or spm.is_unknown(i))]
+    pieces = [
+        spm.id_to_piece(i)
+        for i in range(spm.get_piece_size())
+        if not (spm.is_control(i) or spm.is_unknown(i))
+    ]
     known = sum(dictionary.index(p) != dictionary.unk() for p in pieces)
     if pieces and known * 2 < len(pieces):
-        raise UserError(f"--spm-model {path} does not match the checkpoint's source "
-                        f"dictionary: only {known} of its {len(pieces)} pieces are in it; "
-                        "use the SentencePiece model the training data was encoded with")
+        raise UserError(
+            f"--spm-model {path} does not match the checkpoint's source "
+            f"dictionary: only {known} of its {len(pieces)} pieces are in it; "
+            "use the SentencePiece model the training data was encoded with"
+        )
 
 
 def _build_generator(cfg: TranslateConfig, task, model):
@@ -206,8 +242,9 @@ def _build_generator(cfg: TranslateConfig, task, model):
     return task.build_generator([model], gen)
 
 
-def translate_lines(lines: Sequence[str], translator: Translator, batch_size: int,
-                    first_line: int = 1) -> List[str]:
+def translate_lines(
+    lines: Sequence[str], translator: Translator, batch_size: int, first_line: int = 1
+) -> List[str]:
     """Translates text lines; one output line per input line, in order.
 
     Args:
@@ -227,9 +264,14 @@ def translate_lines(lines: Sequence[str], translator: Translator, batch_size: in
         pieces = translator.spm.encode(text, out_type=str) if text else []
         chunks = chunk_pieces(pieces, translator.max_source_pieces) if pieces else []
         if len(chunks) > 1:
-            logger.warning("input line %d: %d pieces exceed the model's %d source positions; "
-                           "translated in %d chunks joined by spaces", number, len(pieces),
-                           translator.max_source_pieces + 1, len(chunks))
+            logger.warning(
+                "input line %d: %d pieces exceed the model's %d source positions; "
+                "translated in %d chunks joined by spaces",
+                number,
+                len(pieces),
+                translator.max_source_pieces + 1,
+                len(chunks),
+            )
         for chunk in chunks:
             owners.append(index)
             sources.append([src_dict.index(p) for p in chunk] + [src_dict.eos()])
@@ -239,7 +281,9 @@ def translate_lines(lines: Sequence[str], translator: Translator, batch_size: in
     return [" ".join(p for p in line_parts if p) for line_parts in parts]
 
 
-def _generate(translator: Translator, sources: List[List[int]], batch_size: int) -> List[str]:
+def _generate(
+    translator: Translator, sources: List[List[int]], batch_size: int
+) -> List[str]:
     """Translations of token-id sources, in their order (batched by length)."""
     import torch
     from fairseq import utils
@@ -248,32 +292,43 @@ def _generate(translator: Translator, sources: List[List[int]], batch_size: int)
     tensors = [torch.tensor(s, dtype=torch.long) for s in sources]
     dataset = task.build_dataset_for_inference(tensors, [t.numel() for t in tensors])
     order = sorted(range(len(tensors)), key=lambda i: tensors[i].numel())
-    strip = {tgt_dict.eos()} | set(getattr(translator.generator,
-                                           "symbols_to_strip_from_output", set()))
+    strip = {tgt_dict.eos()} | set(
+        getattr(translator.generator, "symbols_to_strip_from_output", set())
+    )
     outputs = [""] * len(tensors)
     for start in range(0, len(order), batch_size):
-        sample = dataset.collater([dataset[i] for i in order[start:start + batch_size]])
-        sample = utils.move_to_cuda(sample) if translator.device.type == "cuda" else sample
+        sample = dataset.collater(
+            [dataset[i] for i in order[start : start + batch_size]]
+        )
+        sample = (
+            utils.move_to_cuda(sample) if translator.device.type == "cuda" else sample
+        )
         hypos = task.inference_step(translator.generator, [translator.model], sample)
         for row, index in enumerate(sample["id"].tolist()):
             tokens = hypos[row][0]["tokens"].int().cpu()
-            outputs[index] = detokenize(tgt_dict.string(tokens, extra_symbols_to_ignore=strip))
+            outputs[index] = detokenize(
+                tgt_dict.string(tokens, extra_symbols_to_ignore=strip)
+            )
     return outputs
 
 
 def run(cfg: TranslateConfig) -> int:
-    """Translates ``cfg.input`` into ``cfg.output``; returns the number of lines written.
+    """Translates ``cfg.input`` into ``cfg.output``; returns the lines written.
 
     The input is read, translated and written in blocks of :data:`BLOCK_LINES`
     lines, so memory stays flat and a pipe sees output as it is produced.
     """
     with _open(cfg.input, "rb", sys.stdin.buffer, "--input: cannot read") as source:
         translator = load_translator(cfg)
-        with _open(cfg.output, "wb", sys.stdout.buffer, "--output: cannot write") as sink:
+        with _open(
+            cfg.output, "wb", sys.stdout.buffer, "--output: cannot write"
+        ) as sink:
             written = 0
             for block in read_line_blocks(source, BLOCK_LINES):
                 lines = decode_lines(block, first_line=written + 1)
-                outputs = translate_lines(lines, translator, cfg.batch_size, written + 1)
+                outputs = translate_lines(
+                    lines, translator, cfg.batch_size, written + 1
+                )
                 assert len(outputs) == len(lines)
                 sink.write("".join(line + "\n" for line in outputs).encode("utf-8"))
                 sink.flush()
@@ -301,33 +356,65 @@ def _open(path: str, mode: str, standard: BinaryIO, failure: str) -> Iterator[Bi
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nmt-specdec-translate",
-        description="Translate raw text line by line with a fairseq checkpoint: exactly "
-                    "one output line per input line, in order. Empty lines give empty "
-                    f"lines; {INVALID_BYTES_HELP}; {LONG_LINE_HELP}.")
+        description="Translate raw text line by line with a fairseq checkpoint: "
+        "exactly "
+        "one output line per input line, in order. Empty lines give empty "
+        f"lines; {INVALID_BYTES_HELP}; {LONG_LINE_HELP}.",
+    )
     add = parser.add_argument
-    add("--checkpoint", "--path", required=True, metavar="PT", help="fairseq checkpoint")
-    add("--spm-model", required=True, metavar="MODEL",
-        help="SentencePiece model the training data was encoded with")
-    add("--input", "-i", default="-", help="raw source text, one sentence per line "
-        "(default: stdin)")
+    add(
+        "--checkpoint", "--path", required=True, metavar="PT", help="fairseq checkpoint"
+    )
+    add(
+        "--spm-model",
+        required=True,
+        metavar="MODEL",
+        help="SentencePiece model the training data was encoded with",
+    )
+    add(
+        "--input",
+        "-i",
+        default="-",
+        help="raw source text, one sentence per line (default: stdin)",
+    )
     add("--output", "-o", default="-", help="translations (default: stdout)")
-    add("--data", metavar="DIR", help="directory with dict.SRC.txt/dict.TGT.txt "
-        "(default: the checkpoint's training data directory)")
+    add(
+        "--data",
+        metavar="DIR",
+        help="directory with dict.SRC.txt/dict.TGT.txt "
+        "(default: the checkpoint's training data directory)",
+    )
     add("--source-lang", "-s", help="source language (default: the checkpoint's)")
     add("--target-lang", "-t", help="target language (default: the checkpoint's)")
-    add("--spec-decoding", action="store_true",
-        help="SpecDec draft-and-verify (needs a checkpoint with a draft head)")
+    add(
+        "--spec-decoding",
+        action="store_true",
+        help="SpecDec draft-and-verify (needs a checkpoint with a draft head)",
+    )
     add("--spec-k", type=int, help="draft block size K (default: the model's)")
-    add("--spec-beta", type=int, default=1, help="accept drafts in the verifier's top-beta")
-    add("--spec-tau", type=float, default=0.0,
-        help="... and within tau (log-prob) of its top-1")
+    add(
+        "--spec-beta",
+        type=int,
+        default=1,
+        help="accept drafts in the verifier's top-beta",
+    )
+    add(
+        "--spec-tau",
+        type=float,
+        default=0.0,
+        help="... and within tau (log-prob) of its top-1",
+    )
     add("--beam", type=int, default=5, help="beam size without --spec-decoding")
     add("--batch-size", type=int, default=32, help="sentences per model call")
     add("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b")
     add("--max-len-b", type=int, default=200, help="max length = a * src_len + b")
     add("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
-    add("--user-dir", default=None, metavar="DIR",
-        help="fairseq plugin to register (default: this project's fairseq_plugins)")
+    add(
+        "--user-dir",
+        default=None,
+        metavar="DIR",
+        help="fairseq plugin to register (default: this project's fairseq_plugins)",
+    )
     return parser
 
 
@@ -348,8 +435,9 @@ def register_plugin(user_dir: Optional[str]) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``nmt-specdec-translate``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                        format="%(levelname)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(levelname)s: %(message)s"
+    )
     try:
         register_plugin(args.user_dir)
         values = {k: v for k, v in vars(args).items() if k != "user_dir"}

@@ -11,7 +11,7 @@ from tests.robustness.toy_models import RawTextToy, build_raw_text_toy, hostile_
 
 @pytest.fixture(scope="session")
 def raw_text_toy(tmp_path_factory: pytest.TempPathFactory) -> RawTextToy:
-    """SentencePiece model, dictionaries, random SpecDec and stock checkpoints (~1 s)."""
+    """SentencePiece model, dictionaries, random SpecDec and stock checkpoints."""
     return build_raw_text_toy(tmp_path_factory.mktemp("raw_text_toy"))
 
 

@@ -1,4 +1,4 @@
-"""``fairseq-interactive`` with ``translation_specdec``: every input line gets its H- line.
+"""``fairseq-interactive`` with ``translation_specdec``: an H- line per input line.
 
 Stock fairseq aborts the run on a line longer than the model's source
 positions ("Size of sample #N is invalid"), or drops it with
@@ -13,18 +13,25 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-import fairseq_plugins  # noqa: F401
 from fairseq.data import Dictionary
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from fairseq_plugins.specdec_task import TranslationSpecDecConfig, TranslationSpecDecTask
+
+import fairseq_plugins  # noqa: F401
+from fairseq_plugins.specdec_task import (
+    TranslationSpecDecConfig,
+    TranslationSpecDecTask,
+)
 from tests.helpers.fairseq_toy import PLUGINS_DIR
 from tests.robustness.test_invalid_options import one_error_line  # noqa: F401
-from tests.robustness.toy_models import MAX_SOURCE_POSITIONS, hostile_lines
+from tests.robustness.toy_models import (
+    HOSTILE_INVALID_LINE,
+    HOSTILE_LONG_LINE,
+    MAX_SOURCE_POSITIONS,
+    hostile_lines,
+)
 
 
 def _task(cls, cfg_cls):
@@ -38,8 +45,12 @@ def _batches(task, lengths, max_positions):
     eos = task.source_dictionary.eos()
     tokens = [torch.tensor([5] * (n - 1) + [eos]) for n in lengths]
     dataset = task.build_dataset_for_inference(tokens, [t.numel() for t in tokens])
-    itr = task.get_batch_iterator(dataset, max_sentences=2, max_positions=max_positions,
-                                  ignore_invalid_inputs=False)
+    itr = task.get_batch_iterator(
+        dataset,
+        max_sentences=2,
+        max_positions=max_positions,
+        ignore_invalid_inputs=False,
+    )
     return list(itr.next_epoch_itr(shuffle=False))
 
 
@@ -47,6 +58,9 @@ def test_stock_task_refuses_an_over_long_line() -> None:
     task = _task(TranslationTask, TranslationConfig)
     with pytest.raises(Exception, match="Size of sample #1 is invalid"):
         _batches(task, [3, 40, 5], (16, 16))
+
+
+TRUNCATED = "exceed the model's 16 source positions; truncated to the first 15"
 
 
 def test_specdec_task_truncates_over_long_lines_in_place(caplog) -> None:
@@ -64,20 +78,45 @@ def test_specdec_task_truncates_over_long_lines_in_place(caplog) -> None:
     assert sorted(rows) == [0, 1, 2, 3, 4]
     assert [len(rows[i]) for i in range(5)] == [3, 16, 5, 16, 16]
     assert all(row[-1] == eos for row in rows.values())
-    warnings = [r.getMessage() for r in caplog.records if "source positions" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "source positions" in r.getMessage()
+    ]
     # Line numbers continue across calls: this buffer starts at input line 3.
     assert warnings == [
-        "input line 4: 40 tokens exceed the model's 16 source positions; truncated to the first 15",
-        "input line 7: 17 tokens exceed the model's 16 source positions; truncated to the first 15",
+        f"input line 4: 40 tokens {TRUNCATED}",
+        f"input line 7: 17 tokens {TRUNCATED}",
     ]
 
 
 def test_interactive_spec_decoding_on_hostile_stdin(raw_text_toy) -> None:
-    cmd = [sys.executable, "-m", "fairseq_cli.interactive", str(raw_text_toy.data),
-           "--path", str(raw_text_toy.specdec), "--user-dir", str(PLUGINS_DIR),
-           "--task", "translation_specdec", "--spec-decoding", "-s", "src", "-t", "tgt",
-           "--bpe", "sentencepiece", "--sentencepiece-model", str(raw_text_toy.spm_model),
-           "--cpu", "--max-len-b", "6", "--batch-size", "3", "--buffer-size", "4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.interactive",
+        str(raw_text_toy.data),
+        "--path",
+        str(raw_text_toy.specdec),
+        "--user-dir",
+        str(PLUGINS_DIR),
+        "--task",
+        "translation_specdec",
+        "--spec-decoding",
+        "-s",
+        "src",
+        "-t",
+        "tgt",
+        "--bpe",
+        "sentencepiece",
+        "--sentencepiece-model",
+        str(raw_text_toy.spm_model),
+        "--cpu",
+        "--max-len-b",
+        "6",
+        "--batch-size",
+        "3",
+        "--buffer-size",
+        "4",
+    ]
     stdin = b"".join(line + b"\n" for line in hostile_lines())
     # A UTF-8 locale makes Python's stdin strict: the task must relax it.
     env = dict(os.environ, LC_ALL="C.UTF-8", PYTHONIOENCODING="")
@@ -91,7 +130,11 @@ def test_interactive_spec_decoding_on_hostile_stdin(raw_text_toy) -> None:
     assert ids == list(range(len(hostile_lines())))
     assert "Traceback" not in err
     logs = out + err
-    assert "input line 6: invalid UTF-8 bytes replaced by U+FFFD" in logs
-    assert re.search(rf"input line 9: \d+ tokens exceed the model's {MAX_SOURCE_POSITIONS} "
-                     "source positions; truncated", logs)
+    assert f"input line {HOSTILE_INVALID_LINE}: invalid UTF-8 bytes replaced" in logs
+    assert re.search(
+        rf"input line {HOSTILE_LONG_LINE}: \d+ tokens exceed the model's "
+        rf"{MAX_SOURCE_POSITIONS} "
+        "source positions; truncated",
+        logs,
+    )
     assert len(re.findall(r"input line \d+:", logs)) == 2

@@ -30,23 +30,51 @@ def one_error_line(stderr: str) -> str:
 
 
 def _translate_args(toy, *extra: str) -> list[str]:
-    return ["--checkpoint", str(toy.specdec), "--spm-model", str(toy.spm_model),
-            "--data", str(toy.data), "--cpu", "--max-len-b", "4", "--input", "/dev/null",
-            *extra]
+    return [
+        "--checkpoint",
+        str(toy.specdec),
+        "--spm-model",
+        str(toy.spm_model),
+        "--data",
+        str(toy.data),
+        "--cpu",
+        "--max-len-b",
+        "4",
+        "--input",
+        "/dev/null",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--spec-decoding", "--spec-k", "0"], "error: --spec-k must be >= 1, got 0"),
-    (["--spec-decoding", "--spec-beta", "0"], "error: --spec-beta must be >= 1, got 0"),
-    (["--spec-decoding", "--spec-tau", "-0.5"], "error: --spec-tau must be >= 0, got -0.5"),
-    (["--spec-decoding", "--spec-tau", "nan"], "error: --spec-tau must be >= 0, got nan"),
-    (["--spec-decoding", "--spec-k", str(MAX_TARGET_POSITIONS)],
-     f"error: --spec-k {MAX_TARGET_POSITIONS} must be below the model's "
-     f"{MAX_TARGET_POSITIONS} target positions"),
-    (["--beam", "0"], "error: --beam must be >= 1, got 0"),
-    (["--batch-size", "0"], "error: --batch-size must be >= 1, got 0"),
-], ids=["k0", "beta0", "tau-neg", "tau-nan", "k-too-long", "beam0", "batch0"])
-def test_translate_rejects_bad_decoding_options(raw_text_toy, capsys, extra, message) -> None:
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--spec-decoding", "--spec-k", "0"], "error: --spec-k must be >= 1, got 0"),
+        (
+            ["--spec-decoding", "--spec-beta", "0"],
+            "error: --spec-beta must be >= 1, got 0",
+        ),
+        (
+            ["--spec-decoding", "--spec-tau", "-0.5"],
+            "error: --spec-tau must be >= 0, got -0.5",
+        ),
+        (
+            ["--spec-decoding", "--spec-tau", "nan"],
+            "error: --spec-tau must be >= 0, got nan",
+        ),
+        (
+            ["--spec-decoding", "--spec-k", str(MAX_TARGET_POSITIONS)],
+            f"error: --spec-k {MAX_TARGET_POSITIONS} must be below the model's "
+            f"{MAX_TARGET_POSITIONS} target positions",
+        ),
+        (["--beam", "0"], "error: --beam must be >= 1, got 0"),
+        (["--batch-size", "0"], "error: --batch-size must be >= 1, got 0"),
+    ],
+    ids=["k0", "beta0", "tau-neg", "tau-nan", "k-too-long", "beam0", "batch0"],
+)
+def test_translate_rejects_bad_decoding_options(
+    raw_text_toy, capsys, extra, message
+) -> None:
     assert tr.main(_translate_args(raw_text_toy, *extra)) == 2
     assert one_error_line(capsys.readouterr().err) == message
 
@@ -66,19 +94,29 @@ def test_translate_rejects_foreign_sentencepiece_model(raw_text_toy, capsys) -> 
 
     assert tr.main(args) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert line.startswith(f"error: --spm-model {raw_text_toy.other_spm} does not match "
-                           "the checkpoint's source dictionary: only ")
+    assert line.startswith(
+        f"error: --spm-model {raw_text_toy.other_spm} does not match "
+        "the checkpoint's source dictionary: only "
+    )
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--checkpoint", "nowhere.pt", "error: cannot read checkpoint {}: No such file"),
-    ("--spm-model", "nowhere.model", "error: --spm-model: no such file {}"),
-    ("--input", "nowhere.txt", "error: --input: no such file {}"),
-    ("--data", "nowhere", "error: --data: no such directory {}"),
-    ("--user-dir", "nowhere", "error: --user-dir: no such directory {}"),
-])
-def test_translate_reports_missing_files(raw_text_toy, tmp_path: Path, capsys,
-                                         flag, value, message) -> None:
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        (
+            "--checkpoint",
+            "nowhere.pt",
+            "error: cannot read checkpoint {}: No such file",
+        ),
+        ("--spm-model", "nowhere.model", "error: --spm-model: no such file {}"),
+        ("--input", "nowhere.txt", "error: --input: no such file {}"),
+        ("--data", "nowhere", "error: --data: no such directory {}"),
+        ("--user-dir", "nowhere", "error: --user-dir: no such directory {}"),
+    ],
+)
+def test_translate_reports_missing_files(
+    raw_text_toy, tmp_path: Path, capsys, flag, value, message
+) -> None:
     missing = str(tmp_path / value)
     assert tr.main([*_translate_args(raw_text_toy), flag, missing]) == 2
     assert one_error_line(capsys.readouterr().err).startswith(message.format(missing))
@@ -86,26 +124,38 @@ def test_translate_reports_missing_files(raw_text_toy, tmp_path: Path, capsys,
 
 def test_task_reports_missing_dictionary_in_one_line(tmp_path: Path) -> None:
     import fairseq_plugins  # noqa: F401
-    from fairseq_plugins.specdec_task import TranslationSpecDecConfig, TranslationSpecDecTask
+    from fairseq_plugins.specdec_task import (
+        TranslationSpecDecConfig,
+        TranslationSpecDecTask,
+    )
 
-    cfg = TranslationSpecDecConfig(data=str(tmp_path), source_lang="src", target_lang="tgt")
+    cfg = TranslationSpecDecConfig(
+        data=str(tmp_path), source_lang="src", target_lang="tgt"
+    )
     with pytest.raises(UserError, match=r"no such file .*dict\.src\.txt"):
         TranslationSpecDecTask.setup_task(cfg)
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"spec_k": 0}, "--spec-k must be >= 1, got 0"),
-    ({"spec_k": 1024}, "--spec-k 1024 must be below --max-target-positions 1024"),
-    ({"spec_beta": 0}, "--spec-beta must be >= 1, got 0"),
-    ({"spec_tau": -1.0}, "--spec-tau must be >= 0, got -1.0"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"spec_k": 0}, "--spec-k must be >= 1, got 0"),
+        ({"spec_k": 1024}, "--spec-k 1024 must be below --max-target-positions 1024"),
+        ({"spec_beta": 0}, "--spec-beta must be >= 1, got 0"),
+        ({"spec_tau": -1.0}, "--spec-tau must be >= 0, got -1.0"),
+    ],
+)
 def test_task_rejects_bad_decoding_options(raw_text_toy, options, message) -> None:
     """What fairseq-train/-generate/-interactive build first: the task."""
     import fairseq_plugins  # noqa: F401
-    from fairseq_plugins.specdec_task import TranslationSpecDecConfig, TranslationSpecDecTask
+    from fairseq_plugins.specdec_task import (
+        TranslationSpecDecConfig,
+        TranslationSpecDecTask,
+    )
 
-    cfg = TranslationSpecDecConfig(data=str(raw_text_toy.data), source_lang="src",
-                                   target_lang="tgt", **options)
+    cfg = TranslationSpecDecConfig(
+        data=str(raw_text_toy.data), source_lang="src", target_lang="tgt", **options
+    )
     with pytest.raises(UserError) as err:
         TranslationSpecDecTask.setup_task(cfg)
     assert str(err.value) == message
@@ -115,20 +165,53 @@ def test_task_rejects_bad_decoding_options(raw_text_toy, options, message) -> No
 
 
 def test_generate_rejects_spec_k_below_one(raw_text_toy) -> None:
-    proc = run_cli("generate", [raw_text_toy.data, "--path", raw_text_toy.specdec,
-                                "--user-dir", PLUGINS_DIR, "--task", "translation_specdec",
-                                "-s", "src", "-t", "tgt", "--cpu", "--spec-decoding",
-                                "--spec-k", "0"], check=False)
+    proc = run_cli(
+        "generate",
+        [
+            raw_text_toy.data,
+            "--path",
+            raw_text_toy.specdec,
+            "--user-dir",
+            PLUGINS_DIR,
+            "--task",
+            "translation_specdec",
+            "-s",
+            "src",
+            "-t",
+            "tgt",
+            "--cpu",
+            "--spec-decoding",
+            "--spec-k",
+            "0",
+        ],
+        check=False,
+    )
 
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == "error: --spec-k must be >= 1, got 0"
 
 
 def test_interactive_spec_decoding_without_draft_head(raw_text_toy) -> None:
-    proc = run_cli("interactive", [raw_text_toy.data, "--path", raw_text_toy.stock,
-                                   "--user-dir", PLUGINS_DIR, "--task", "translation_specdec",
-                                   "-s", "src", "-t", "tgt", "--cpu", "--spec-decoding"],
-                   stdin="the cat\n", check=False)
+    proc = run_cli(
+        "interactive",
+        [
+            raw_text_toy.data,
+            "--path",
+            raw_text_toy.stock,
+            "--user-dir",
+            PLUGINS_DIR,
+            "--task",
+            "translation_specdec",
+            "-s",
+            "src",
+            "-t",
+            "tgt",
+            "--cpu",
+            "--spec-decoding",
+        ],
+        stdin="the cat\n",
+        check=False,
+    )
 
     assert proc.returncode == 2
     line = one_error_line(proc.stderr)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,14 +23,19 @@ from hypothesis import strategies as st
 
 from nmt_specdec import translate as tr
 
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 # Any code point, lone surrogates (what surrogateescape makes of bad bytes)
 # and U+2581 (SentencePiece's own space symbol) included.
 ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=60)
-TOY_TEXT = st.text(st.sampled_from(list("thecatsdogrn .!?") + ["\x00", "\t", "\u00e9", "\U0001F600",
-                                                              "\u4e2d", "\r", "\u2028"]),
-                   max_size=80)
+TOY_TEXT = st.text(
+    st.sampled_from(
+        list("thecatsdogrn .!?")
+        + ["\x00", "\t", "\u00e9", "\U0001f600", "\u4e2d", "\r", "\u2028"]
+    ),
+    max_size=80,
+)
 LINE_BREAKS = re.compile(r"[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
@@ -64,13 +68,17 @@ def test_id_round_trip_equals_normalized_text_modulo_unk(spm, text: str) -> None
     decoded = spm.decode(spm.encode(cleaned))
     expected = "".join(_normalized(spm, cleaned).split())
 
-    pattern = ".+".join(re.escape(part) for part in "".join(decoded.split()).split("\u2047"))
+    pattern = ".+".join(
+        re.escape(part) for part in "".join(decoded.split()).split("\u2047")
+    )
     assert re.fullmatch(pattern, expected, flags=re.S), (decoded, expected)
 
 
 @SETTINGS
 @given(st.lists(st.binary(max_size=30), max_size=12), st.booleans(), st.integers(1, 4))
-def test_line_count_is_preserved(lines: list, terminated: bool, block_size: int) -> None:
+def test_line_count_is_preserved(
+    lines: list, terminated: bool, block_size: int
+) -> None:
     # A "\r" before "\n" belongs to the terminator ("\r\n"), not to the line.
     lines = [line.replace(b"\n", b"").rstrip(b"\r") for line in lines]
     data = b"".join(line + b"\n" for line in lines)
@@ -108,7 +116,9 @@ class _EchoTask:
     def inference_step(self, generator, models, sample):
         self.calls += 1
         pad = self.source_dictionary.pad()
-        return [[{"tokens": row[row.ne(pad)]}] for row in sample["net_input"]["src_tokens"]]
+        return [
+            [{"tokens": row[row.ne(pad)]}] for row in sample["net_input"]["src_tokens"]
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +134,9 @@ def echo(spm):
 
 @SETTINGS
 @given(st.lists(TOY_TEXT, max_size=8), st.integers(1, 5))
-def test_translate_path_keeps_every_line_in_order(echo, lines: list, batch_size: int) -> None:
+def test_translate_path_keeps_every_line_in_order(
+    echo, lines: list, batch_size: int
+) -> None:
     outputs = tr.translate_lines(lines, echo, batch_size)
 
     assert len(outputs) == len(lines)
@@ -132,10 +144,15 @@ def test_translate_path_keeps_every_line_in_order(echo, lines: list, batch_size:
     for line, output in zip(lines, outputs):
         assert not LINE_BREAKS.search(output)
         pieces = echo.spm.encode(tr.clean_text(line), out_type=str)
-        expected = [p if echo.task.source_dictionary.index(p) != echo.task.source_dictionary.unk()
-                    else unk for p in pieces]
+        expected = [
+            p
+            if echo.task.source_dictionary.index(p) != echo.task.source_dictionary.unk()
+            else unk
+            for p in pieces
+        ]
         # Chunks are rejoined with a space, so compare without spaces.
         assert "".join(output.split()) == "".join(
-            "".join(expected).replace(tr.SPIECE_UNDERLINE, " ").split())
+            "".join(expected).replace(tr.SPIECE_UNDERLINE, " ").split()
+        )
         if not tr.clean_text(line):
             assert output == ""

@@ -25,32 +25,66 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
-from tests.helpers.fairseq_toy import PLUGINS_DIR, TINY_TRAIN_ARGS, TINY_TRANSFORMER_ARGS
+from tests.helpers.fairseq_toy import (
+    PLUGINS_DIR,
+    TINY_TRAIN_ARGS,
+    TINY_TRANSFORMER_ARGS,
+)
 
 SAVE_EVERY = 5
 # 500 toy pairs in batches of 16: about 32 updates per epoch, so every
 # checkpoint below is mid-epoch.
-RUN_ARGS = (*TINY_TRAIN_ARGS, *TINY_TRANSFORMER_ARGS, "--batch-size", "16",
-            "--save-interval-updates", str(SAVE_EVERY), "--keep-interval-updates", "1",
-            "--no-epoch-checkpoints", "--disable-validation", "--log-format", "json",
-            "--log-interval", "1")
+RUN_ARGS = (
+    *TINY_TRAIN_ARGS,
+    *TINY_TRANSFORMER_ARGS,
+    "--batch-size",
+    "16",
+    "--save-interval-updates",
+    str(SAVE_EVERY),
+    "--keep-interval-updates",
+    "1",
+    "--no-epoch-checkpoints",
+    "--disable-validation",
+    "--log-format",
+    "json",
+    "--log-interval",
+    "1",
+)
 
 
-def _train(data: Path, save_dir: Path, max_update: int, kill_at: Optional[int] = None,
-           sig: int = signal.SIGINT) -> Dict[int, dict]:
+def _train(
+    data: Path,
+    save_dir: Path,
+    max_update: int,
+    kill_at: Optional[int] = None,
+    sig: int = signal.SIGINT,
+) -> Dict[int, dict]:
     """Runs fairseq-train; sends ``sig`` once update ``kill_at`` is logged.
 
     Returns:
         num_updates -> that update's logged ``train_inner`` record.
     """
-    cmd = [sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir",
-           str(PLUGINS_DIR), "--arch", "transformer", "--save-dir", str(save_dir),
-           *RUN_ARGS, "--max-update", str(max_update)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        str(data),
+        "--user-dir",
+        str(PLUGINS_DIR),
+        "--arch",
+        "transformer",
+        "--save-dir",
+        str(save_dir),
+        *RUN_ARGS,
+        "--max-update",
+        str(max_update),
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     records: Dict[int, dict] = {}
     tail = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env) as proc:
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             tail = (tail + [line])[-40:]
@@ -87,7 +121,9 @@ def _saved_position(save_dir: Path) -> tuple[int, int, int]:
     return updates, int(iterator["epoch"]), int(iterator["iterations_in_epoch"])
 
 
-def _assert_resumed(records: Dict[int, dict], saved: int, previous: Dict[int, dict]) -> None:
+def _assert_resumed(
+    records: Dict[int, dict], saved: int, previous: Dict[int, dict]
+) -> None:
     """Updates continue at ``saved`` + 1; replayed updates match the killed run."""
     updates = sorted(records)
     assert updates[0] == saved + 1
@@ -99,17 +135,21 @@ def _assert_resumed(records: Dict[int, dict], saved: int, previous: Dict[int, di
         assert records[update]["epoch"] == previous[update]["epoch"] == 1
 
 
-def test_train_resumes_after_sigint_and_sigkill(toy_data_bin: Path, tmp_path: Path) -> None:
+def test_train_resumes_after_sigint_and_sigkill(
+    toy_data_bin: Path, tmp_path: Path
+) -> None:
     save_dir = tmp_path / "ckpt"
 
-    first = _train(toy_data_bin, save_dir, 1000, kill_at=2 * SAVE_EVERY - 2,
-                   sig=signal.SIGINT)
+    first = _train(
+        toy_data_bin, save_dir, 1000, kill_at=2 * SAVE_EVERY - 2, sig=signal.SIGINT
+    )
     assert sorted(first) == list(range(1, max(first) + 1))
     saved, epoch, position = _saved_position(save_dir)
     assert saved == SAVE_EVERY and epoch == 1 and position == SAVE_EVERY
 
-    second = _train(toy_data_bin, save_dir, 1000, kill_at=3 * SAVE_EVERY - 2,
-                    sig=signal.SIGKILL)
+    second = _train(
+        toy_data_bin, save_dir, 1000, kill_at=3 * SAVE_EVERY - 2, sig=signal.SIGKILL
+    )
     _assert_resumed(second, saved, first)
     saved, epoch, position = _saved_position(save_dir)
     assert saved == 2 * SAVE_EVERY and epoch == 1 and position == 2 * SAVE_EVERY
