@@ -70,7 +70,8 @@ def interactive_tokens(
     first = _LINES_SEEN.get(task, 0) + 1
     tokens = []
     for number, line in enumerate(lines, start=first):
-        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in line) or "\ufffd" in line:
+        # surrogateescape turns each undecodable byte into a lone surrogate.
+        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in line):
             logger.warning(
                 "input line %d: invalid UTF-8 bytes replaced by U+FFFD", number
             )
