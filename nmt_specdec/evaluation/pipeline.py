@@ -40,6 +40,7 @@ def run(cfg: EvalConfig) -> dict:
         The results (what ``results.json`` holds).
     """
     validate(cfg)
+    make_out_dir(cfg.out)  # before decoding: a bad --out must not cost a whole run
     if cfg.repeats < 3:
         logger.warning("--repeats %d: medians of fewer than 3 passes are noisy", cfg.repeats)
     device = setup_runtime(cfg)
@@ -140,11 +141,16 @@ def score_runs(runs: List[Run], testset: TestSet, detokenize: metrics.Detokenize
     return rows, signatures
 
 
-def write_outputs(results: dict, out_dir: str) -> None:
+def make_out_dir(out_dir: str) -> None:
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as err:
         raise UserError(f"--out: cannot create {out_dir}: {err}") from err
+    if not os.access(out_dir, os.W_OK):
+        raise UserError(f"--out: {out_dir} is not writable")
+
+
+def write_outputs(results: dict, out_dir: str) -> None:
     report.write_json(results, os.path.join(out_dir, RESULTS_JSON))
     with open(os.path.join(out_dir, RESULTS_MD), "w", encoding="utf-8") as handle:
         handle.write(report.markdown_report(results))

@@ -221,6 +221,18 @@ def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) ->
     assert results["config"]["max_sentences"] == 6 and "--max-sentences 6" in results["command"]
 
 
+def test_bad_out_dir_fails_before_decoding(toy: dict, monkeypatch) -> None:
+    from nmt_specdec.errors import UserError
+    from nmt_specdec.evaluation import loading
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("loaded the checkpoint before checking --out")
+
+    monkeypatch.setattr(loading, "load_checkpoint", no_loading)
+    with pytest.raises(UserError, match="--out"):
+        toy["script"].run(_config(toy, str(toy["spm"] / "results")))  # under a file
+
+
 def test_refuses_to_load_without_the_safe_loader(toy: dict, monkeypatch) -> None:
     from fairseq import checkpoint_utils
 
