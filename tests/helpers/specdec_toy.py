@@ -27,7 +27,6 @@ import torch
 
 from nmt_specdec.drafters import Drafter, DraftRequest
 from tests.helpers.fairseq_toy import (
-    EXACT_BATCHING,
     PLUGINS_DIR,
     binarize,
     json_log_records,
@@ -242,8 +241,7 @@ class SpecDecToy:
     def decode_args(self, k: int = SPECDEC_TOY_K) -> List[str]:
         """Flags for generate/interactive to decode this model with SpecDec."""
         return ["--user-dir", str(PLUGINS_DIR), "--task", "translation_specdec",
-                "-s", "src", "-t", "tgt", "--cpu", "--spec-decoding", "--spec-k", str(k),
-                *EXACT_BATCHING]
+                "-s", "src", "-t", "tgt", "--cpu", "--spec-decoding", "--spec-k", str(k)]
 
 
 def train_specdec_args(data_bin: Path, save_dir: Path, max_update: int) -> List[str]:

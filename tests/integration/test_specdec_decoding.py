@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 from typing import Dict, List
 
 import pytest
