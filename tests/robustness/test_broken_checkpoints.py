@@ -202,6 +202,18 @@ def test_fairseq_ensemble_loader_explains_mismatches(raw_text_toy, tmp_path) -> 
     ):
         checkpoint_utils.load_model_ensemble([str(deeper)])
 
+    # fairseq's own existence check (IOError "Model file not found") and a
+    # bare state dict (KeyError in fairseq's upgrade code) become one line too.
+    missing = tmp_path / "missing.pt"
+    with pytest.raises(
+        CheckpointError, match=r"^cannot read checkpoint .*missing\.pt: No "
+    ):
+        checkpoint_utils.load_model_ensemble([str(missing)])
+    bare = tmp_path / "bare.pt"
+    torch.save(load_checkpoint(raw_text_toy.stock)["model"], bare)
+    with pytest.raises(CheckpointError, match=r"is a PyTorch file but not a fairseq"):
+        checkpoint_utils.load_model_ensemble([str(bare)])
+
 
 def test_train_resume_from_checkpoint_with_other_dictionary(
     raw_text_toy, toy_data_bin, tmp_path
