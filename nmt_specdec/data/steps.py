@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TextIO
 
@@ -99,6 +100,32 @@ def count_lines(path: Path) -> int:
         return sum(chunk.count(b"\n") for chunk in chunks)
 
 
+@contextlib.contextmanager
+def ticker(desc: str) -> Iterator[None]:
+    """Show ``desc: <elapsed>`` on a terminal while a silent step runs.
+
+    SentencePiece training and fairseq-preprocess print nothing for minutes;
+    both release the GIL, so a thread can refresh the line once a second.
+    """
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, bar_format="{desc}: {elapsed}", disable=None, leave=False)
+    stop = threading.Event()
+
+    def refresh() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    thread = threading.Thread(target=refresh, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        bar.close()
+
+
 def setup_logging(verbose: bool = True) -> None:
     """Send recipe progress lines to stderr (idempotent)."""
     if LOG.handlers:
@@ -158,7 +185,8 @@ class StepChain:
             return False
         stamp.unlink(missing_ok=True)
         LOG.info("[%s] building ...", name)
-        action()
+        with ticker(f"[{name}] building"):
+            action()
         missing = [str(p) for p in outputs if not p.exists()]
         if missing:
             raise RuntimeError(f"step {name} did not produce: {', '.join(missing)}")
