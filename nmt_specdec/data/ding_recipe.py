@@ -22,8 +22,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nmt_specdec.data import card, ding, splits, spm
-from nmt_specdec.data.steps import (LOG, OneLineParser, RecipeError, StepChain,
-                                    report_user_errors, setup_logging)
+from nmt_specdec.data.steps import (
+    LOG,
+    OneLineParser,
+    RecipeError,
+    StepChain,
+    report_user_errors,
+    setup_logging,
+)
 
 LANGS = ("de", "en")
 PARSE_KEYS = ("lines", "comment_or_blank", "malformed", "misaligned", "sub_entries",

@@ -23,8 +23,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from nmt_specdec.data.steps import (LOG, OneLineParser, RecipeError, atomic_text,
-                                    report_user_errors, setup_logging)
+from nmt_specdec.data.steps import (
+    LOG,
+    OneLineParser,
+    RecipeError,
+    atomic_text,
+    report_user_errors,
+    setup_logging,
+)
 
 # (B,) token-id lists in, one hypothesis (ids, EOS excluded) per sentence out.
 Translate = Callable[[list[list[int]]], list[list[int]]]

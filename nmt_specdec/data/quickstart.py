@@ -26,8 +26,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nmt_specdec.data import ding_recipe, train_recipe
-from nmt_specdec.data.steps import (LOG, OneLineParser, RecipeError, StepChain,
-                                    atomic_text, report_user_errors, setup_logging)
+from nmt_specdec.data.steps import (
+    LOG,
+    OneLineParser,
+    RecipeError,
+    StepChain,
+    atomic_text,
+    report_user_errors,
+    setup_logging,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,8 +31,15 @@ from typing import Iterator, TextIO
 
 from nmt_specdec.data import card, spm
 from nmt_specdec.data.splits import SPLIT_NAMES, split_paths
-from nmt_specdec.data.steps import (LOG, OneLineParser, RecipeError, StepChain,
-                                    atomic_text, report_user_errors, setup_logging)
+from nmt_specdec.data.steps import (
+    LOG,
+    OneLineParser,
+    RecipeError,
+    StepChain,
+    atomic_text,
+    report_user_errors,
+    setup_logging,
+)
 
 LANGS = ("de", "en")
 STATMT = "http://statmt.org"
