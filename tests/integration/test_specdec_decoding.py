@@ -36,8 +36,12 @@ def loaded(specdec_toy: SpecDecToy):
     """(model, task) in this process, SpecDec on (k = 4, beta = 1)."""
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(specdec_toy.checkpoint)],
-        arg_overrides={"data": str(specdec_toy.data_bin), "spec_decoding": True,
-                       "spec_k": SPECDEC_TOY_K, "spec_beta": 1},
+        arg_overrides={
+            "data": str(specdec_toy.data_bin),
+            "spec_decoding": True,
+            "spec_k": SPECDEC_TOY_K,
+            "spec_beta": 1,
+        },
     )
     model = models[0].eval()
     task.load_dataset("test")
@@ -45,8 +49,9 @@ def loaded(specdec_toy: SpecDecToy):
 
 
 def _generation_args() -> argparse.Namespace:
-    return argparse.Namespace(beam=1, max_len_a=0.0, max_len_b=200, min_len=1, lenpen=1.0,
-                              unkpen=0.0)
+    return argparse.Namespace(
+        beam=1, max_len_a=0.0, max_len_b=200, min_len=1, lenpen=1.0, unkpen=0.0
+    )
 
 
 def _decode(generator, model, task, batch_size: int) -> Dict[int, List[int]]:
@@ -79,7 +84,9 @@ def _top2_gap(model, task, sid: int, prefix: List[int]) -> float:
 def test_beta1_equals_stock_greedy(loaded, batch_size: int) -> None:
     model, task = loaded
     tgt_dict = task.target_dictionary
-    stock = SequenceGenerator([model], tgt_dict, beam_size=1, max_len_a=0, max_len_b=200)
+    stock = SequenceGenerator(
+        [model], tgt_dict, beam_size=1, max_len_a=0, max_len_b=200
+    )
     spec = task.build_generator([model], _generation_args())
     assert isinstance(spec, SpecDecGenerator) and spec.options.beta == 1
 
@@ -90,12 +97,14 @@ def test_beta1_equals_stock_greedy(loaded, batch_size: int) -> None:
     mismatches = [sid for sid in expected if got[sid] != expected[sid]]
     for sid in mismatches:
         a, b = expected[sid], got[sid]
-        t = next(i for i in range(min(len(a), len(b)) + 1) if i >= len(a) or i >= len(b)
-                 or a[i] != b[i])
+        t = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)  # both end in EOS
         gap = _top2_gap(model, task, sid, a[:t])
-        print(f"sentence {sid} differs at step {t}: stock {tgt_dict.string(a[t:t + 1])!r} vs "
-              f"specdec {tgt_dict.string(b[t:t + 1])!r}; top-2 log-prob gap {gap:.2e} "
-              f"(a near-tie: float rounding picks either)")
+        stock_word, spec_word = tgt_dict[a[t]], tgt_dict[b[t]]
+        print(
+            f"sentence {sid} differs at step {t}: stock {stock_word!r} vs specdec "
+            f"{spec_word!r}; top-2 log-prob gap {gap:.2e} (a near-tie: float "
+            "rounding picks either)"
+        )
         assert gap < NEAR_TIE, f"sentence {sid}: not a near-tie, a real divergence"
     assert len(mismatches) <= (1 - LOSSLESS_SHARE) * len(expected), mismatches
     # The comparison is not vacuous: the trained draft head really speculated.
@@ -107,13 +116,28 @@ def test_interactive_answers_every_line_in_order(specdec_toy: SpecDecToy) -> Non
     lines = specdec_toy.test_lines("src")[:13]
     assert len(set(lines)) == len(lines)
 
-    proc = run_cli("interactive", [specdec_toy.data_bin, "--path", specdec_toy.checkpoint,
-                                   *specdec_toy.decode_args(), "--beam", "1",
-                                   "--buffer-size", "5", "--batch-size", "3"],
-                   stdin="".join(line + "\n" for line in lines))
+    proc = run_cli(
+        "interactive",
+        [
+            specdec_toy.data_bin,
+            "--path",
+            specdec_toy.checkpoint,
+            *specdec_toy.decode_args(),
+            "--beam",
+            "1",
+            "--buffer-size",
+            "5",
+            "--batch-size",
+            "3",
+        ],
+        stdin="".join(line + "\n" for line in lines),
+    )
 
-    order = [int(line.split("\t")[0][2:]) for line in proc.stdout.splitlines()
-             if line.startswith("H-")]
+    order = [
+        int(line.split("\t")[0][2:])
+        for line in proc.stdout.splitlines()
+        if line.startswith("H-")
+    ]
     assert order == list(range(len(lines)))
     hyps = hypotheses(proc.stdout)
     # Copy task: each answer is its own input line, so the order is the input's.
@@ -122,19 +146,32 @@ def test_interactive_answers_every_line_in_order(specdec_toy: SpecDecToy) -> Non
 
 
 STATS_LINE = re.compile(
-    r"SpecDec: (\d+) sentences, ([\d.]+) tokens/iteration, ([\d.]+) iterations/sentence, "
-    r"acceptance by slot \[([\d. ]+)\]")
+    r"SpecDec: (\d+) sentences, ([\d.]+) tokens/iteration, "
+    r"([\d.]+) iterations/sentence, acceptance by slot \[([\d. ]+)\]"
+)
 
 
 def test_generate_logs_stats_at_the_end(specdec_toy: SpecDecToy) -> None:
-    proc = run_cli("generate", [specdec_toy.data_bin, "--path", specdec_toy.checkpoint,
-                                *specdec_toy.decode_args(), "--beam", "1",
-                                "--batch-size", "32"])
+    proc = run_cli(
+        "generate",
+        [
+            specdec_toy.data_bin,
+            "--path",
+            specdec_toy.checkpoint,
+            *specdec_toy.decode_args(),
+            "--beam",
+            "1",
+            "--batch-size",
+            "32",
+        ],
+    )
 
     hyps = hypotheses(proc.stdout)
     sources = specdec_toy.test_lines("src")
     assert sorted(hyps) == list(range(len(sources)))
-    assert sum(hyps[i] == s for i, s in enumerate(sources)) >= 0.9 * len(sources)  # copy
+    assert sum(hyps[i] == s for i, s in enumerate(sources)) >= 0.9 * len(
+        sources
+    )  # copy
     both = proc.stdout + proc.stderr
     assert len(STATS_LINE.findall(both)) == 1, both[-2000:]  # logged once
     # ... after fairseq's own end-of-run log line, in the same (logging) stream.
@@ -155,17 +192,25 @@ def test_generate_logs_stats_at_the_end(specdec_toy: SpecDecToy) -> None:
 
 def test_hub_translate_and_sample_use_specdec(specdec_toy: SpecDecToy) -> None:
     sentences = specdec_toy.test_lines("src")[:6]
-    kwargs = dict(checkpoint_file=specdec_toy.checkpoint.name,
-                  data_name_or_path=str(specdec_toy.data_bin))
+    kwargs = dict(
+        checkpoint_file=specdec_toy.checkpoint.name,
+        data_name_or_path=str(specdec_toy.data_bin),
+    )
     spec_hub = SpecDecTransformerModel.from_pretrained(
-        str(specdec_toy.checkpoint.parent), spec_decoding=True, spec_k=SPECDEC_TOY_K, **kwargs)
-    stock_hub = SpecDecTransformerModel.from_pretrained(str(specdec_toy.checkpoint.parent),
-                                                        **kwargs)
+        str(specdec_toy.checkpoint.parent),
+        spec_decoding=True,
+        spec_k=SPECDEC_TOY_K,
+        **kwargs,
+    )
+    stock_hub = SpecDecTransformerModel.from_pretrained(
+        str(specdec_toy.checkpoint.parent), **kwargs
+    )
     generator = spec_hub.task.build_generator(spec_hub.models, spec_hub.cfg.generation)
     assert isinstance(generator, SpecDecGenerator)
-    assert not isinstance(stock_hub.task.build_generator(stock_hub.models,
-                                                         stock_hub.cfg.generation),
-                          SpecDecGenerator)
+    assert not isinstance(
+        stock_hub.task.build_generator(stock_hub.models, stock_hub.cfg.generation),
+        SpecDecGenerator,
+    )
     before = generation_stats.combined_stats().sentences
 
     translated = spec_hub.translate(sentences, beam=1)

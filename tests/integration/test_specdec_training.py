@@ -30,11 +30,26 @@ from tests.helpers.fairseq_toy import (
     run_cli,
     train_tiny,
 )
-from tests.helpers.specdec_toy import SPECDEC_TOY_UPDATES, SpecDecToy, train_specdec_args
+from tests.helpers.specdec_toy import (
+    SPECDEC_TOY_UPDATES,
+    SpecDecToy,
+    train_specdec_args,
+)
 
 # The stock tiny transformer's sizes plus a 1-layer draft head, K=3.
-TINY_SPECDEC_ARGS = (*TINY_TRANSFORMER_ARGS, "--draft-layers", "1", "--draft-block-size", "3")
-SPECDEC_TASK_ARGS = ("--task", "translation_specdec", "--criterion", "specdec_joint_loss")
+TINY_SPECDEC_ARGS = (
+    *TINY_TRANSFORMER_ARGS,
+    "--draft-layers",
+    "1",
+    "--draft-block-size",
+    "3",
+)
+SPECDEC_TASK_ARGS = (
+    "--task",
+    "translation_specdec",
+    "--criterion",
+    "specdec_joint_loss",
+)
 
 
 def _num_updates(checkpoint: Path) -> int:
@@ -44,8 +59,12 @@ def _num_updates(checkpoint: Path) -> int:
 # ------------------------------------------------------------------ (a) learning
 
 
-def test_joint_training_learns_draft_head_within_two_minutes(specdec_toy: SpecDecToy) -> None:
-    seconds = float(re.search(r"done training in ([\d.]+) seconds", specdec_toy.train_log)[1])
+def test_joint_training_learns_draft_head_within_two_minutes(
+    specdec_toy: SpecDecToy,
+) -> None:
+    seconds = float(
+        re.search(r"done training in ([\d.]+) seconds", specdec_toy.train_log)[1]
+    )
     assert seconds < 120, f"{SPECDEC_TOY_UPDATES} updates took {seconds:.0f} s"
 
     inner = specdec_toy.records("train_inner")
@@ -75,11 +94,21 @@ def test_freeze_verifier_trains_only_the_draft_head(
 ) -> None:
     save_dir = tmp_path / "draft_only"
     train_tiny(
-        toy_data_bin, save_dir, arch="specdec_transformer", max_update=4,
+        toy_data_bin,
+        save_dir,
+        arch="specdec_transformer",
+        max_update=4,
         model_args=TINY_SPECDEC_ARGS,
-        extra_args=(*SPECDEC_TASK_ARGS, "--init-from-ar-checkpoint", tiny_transformer_ckpt,
-                    "--freeze-verifier", "--save-interval-updates", "2",
-                    "--keep-interval-updates", "5"),
+        extra_args=(
+            *SPECDEC_TASK_ARGS,
+            "--init-from-ar-checkpoint",
+            tiny_transformer_ckpt,
+            "--freeze-verifier",
+            "--save-interval-updates",
+            "2",
+            "--keep-interval-updates",
+            "5",
+        ),
     )
     stock = load_checkpoint(tiny_transformer_ckpt)["model"]
     at_2 = load_checkpoint(save_dir / "checkpoint_1_2.pt")["model"]
@@ -100,41 +129,66 @@ def test_freeze_verifier_trains_only_the_draft_head(
 # ------------------------------------------------------------- (c) resuming
 
 
-def test_fairseq_train_resumes_specdec_checkpoint(tmp_path: Path, specdec_toy: SpecDecToy) -> None:
+def test_fairseq_train_resumes_specdec_checkpoint(
+    tmp_path: Path, specdec_toy: SpecDecToy
+) -> None:
     save_dir = tmp_path / "resumed"
     shutil.copytree(specdec_toy.checkpoint.parent, save_dir)
     before = load_checkpoint(specdec_toy.checkpoint)["model"]
 
-    proc = run_cli("train", train_specdec_args(specdec_toy.data_bin, save_dir,
-                                               SPECDEC_TOY_UPDATES + 3))
+    proc = run_cli(
+        "train",
+        train_specdec_args(specdec_toy.data_bin, save_dir, SPECDEC_TOY_UPDATES + 3),
+    )
 
     log = proc.stdout + proc.stderr
-    assert re.search(rf"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ "
-                     rf"{SPECDEC_TOY_UPDATES} updates\)", log), log[-3000:]
+    assert re.search(
+        rf"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ "
+        rf"{SPECDEC_TOY_UPDATES} updates\)",
+        log,
+    ), log[-3000:]
     last = save_dir / "checkpoint_last.pt"
     assert _num_updates(last) == SPECDEC_TOY_UPDATES + 3
     after = load_checkpoint(last)["model"]
-    assert not torch.equal(after["draft_head.mask_embedding"], before["draft_head.mask_embedding"])
+    assert not torch.equal(
+        after["draft_head.mask_embedding"], before["draft_head.mask_embedding"]
+    )
 
 
 def _hydra_train(data_bin: Path, save_dir: Path, max_update: int) -> str:
     overrides = [
-        f"task.data={data_bin}", "task.source_lang=src", "task.target_lang=tgt",
-        f"checkpoint.save_dir={save_dir}", f"hydra.run.dir={save_dir}/hydra",
-        f"optimization.max_update={max_update}", "dataset.max_tokens=1024",
-        "dataset.validate_interval_updates=0", "common.log_interval=1",
-        "model.encoder_embed_dim=32", "model.decoder_embed_dim=32",
-        "model.encoder_ffn_embed_dim=64", "model.decoder_ffn_embed_dim=64",
-        "model.encoder_layers=1", "model.decoder_layers=1", "model.draft_layers=1",
-        "+model.encoder_attention_heads=2", "+model.decoder_attention_heads=2",
-        "model.draft_block_size=3", "lr_scheduler.warmup_updates=2",
+        f"task.data={data_bin}",
+        "task.source_lang=src",
+        "task.target_lang=tgt",
+        f"checkpoint.save_dir={save_dir}",
+        f"hydra.run.dir={save_dir}/hydra",
+        f"optimization.max_update={max_update}",
+        "dataset.max_tokens=1024",
+        "dataset.validate_interval_updates=0",
+        "common.log_interval=1",
+        "model.encoder_embed_dim=32",
+        "model.decoder_embed_dim=32",
+        "model.encoder_ffn_embed_dim=64",
+        "model.decoder_ffn_embed_dim=64",
+        "model.encoder_layers=1",
+        "model.decoder_layers=1",
+        "model.draft_layers=1",
+        "+model.encoder_attention_heads=2",
+        "+model.decoder_attention_heads=2",
+        "model.draft_block_size=3",
+        "lr_scheduler.warmup_updates=2",
     ]
-    proc = run_cli("hydra_train", ["--config-dir", "conf", "--config-name", "cpu_tiny",
-                                   *overrides], cwd=REPO_ROOT)
+    proc = run_cli(
+        "hydra_train",
+        ["--config-dir", "conf", "--config-name", "cpu_tiny", *overrides],
+        cwd=REPO_ROOT,
+    )
     return proc.stdout + proc.stderr
 
 
-def test_hydra_cpu_tiny_recipe_trains_and_resumes(tmp_path: Path, toy_data_bin: Path) -> None:
+def test_hydra_cpu_tiny_recipe_trains_and_resumes(
+    tmp_path: Path, toy_data_bin: Path
+) -> None:
     save_dir = tmp_path / "hydra"
     first = _hydra_train(toy_data_bin, save_dir, max_update=3)
     assert "specdec_transformer_tiny" in first or "SpecDecTransformerModel" in first
@@ -142,8 +196,9 @@ def test_hydra_cpu_tiny_recipe_trains_and_resumes(tmp_path: Path, toy_data_bin: 
 
     second = _hydra_train(toy_data_bin, save_dir, max_update=5)
 
-    assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ 3 updates\)",
-                     second), second[-3000:]
+    assert re.search(
+        r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ 3 updates\)", second
+    ), second[-3000:]
     assert _num_updates(save_dir / "checkpoint_last.pt") == 5
     model = load_checkpoint(save_dir / "checkpoint_last.pt")["model"]
     assert model["encoder.embed_tokens.weight"].shape[1] == 32  # the override took
@@ -165,19 +220,58 @@ def test_two_process_gloo_training(tmp_path: Path, toy_data_bin: Path) -> None:
     save_dir = tmp_path / "ddp"
     port = _free_port()
     common = [
-        str(toy_data_bin), "--user-dir", str(PLUGINS_DIR), *SPECDEC_TASK_ARGS,
-        "--arch", "specdec_transformer_tiny", *TINY_SPECDEC_ARGS,
-        "--cpu", "--seed", "1", "--num-workers", "0", "--optimizer", "adam", "--lr", "1e-3",
-        "--max-tokens", "512", "--max-update", "3", "--save-dir", str(save_dir),
-        "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "json",
-        "--log-interval", "1", "--distributed-world-size", "2", "--distributed-backend",
-        "gloo", "--distributed-init-method", f"tcp://127.0.0.1:{port}",
-        "--distributed-no-spawn", "--ddp-backend", "legacy_ddp",
+        str(toy_data_bin),
+        "--user-dir",
+        str(PLUGINS_DIR),
+        *SPECDEC_TASK_ARGS,
+        "--arch",
+        "specdec_transformer_tiny",
+        *TINY_SPECDEC_ARGS,
+        "--cpu",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--max-tokens",
+        "512",
+        "--max-update",
+        "3",
+        "--save-dir",
+        str(save_dir),
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        "--distributed-world-size",
+        "2",
+        "--distributed-backend",
+        "gloo",
+        "--distributed-init-method",
+        f"tcp://127.0.0.1:{port}",
+        "--distributed-no-spawn",
+        "--ddp-backend",
+        "legacy_ddp",
     ]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "fairseq_cli.train", *common,
-                          "--distributed-rank", str(rank)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fairseq_cli.train",
+                *common,
+                "--distributed-rank",
+                str(rank),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in range(2)
     ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -196,20 +290,37 @@ def test_two_process_gloo_training(tmp_path: Path, toy_data_bin: Path) -> None:
 
 def _export_script():
     spec = importlib.util.spec_from_file_location(
-        "export_verifier", REPO_ROOT / "scripts" / "export_verifier.py")
+        "export_verifier", REPO_ROOT / "scripts" / "export_verifier.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_exported_verifier_decodes_without_user_dir(tmp_path: Path,
-                                                     specdec_toy: SpecDecToy) -> None:
+def test_exported_verifier_decodes_without_user_dir(
+    tmp_path: Path, specdec_toy: SpecDecToy
+) -> None:
     exported = tmp_path / "verifier.pt"
     _export_script().run(str(specdec_toy.checkpoint), str(exported))
 
-    proc = run_cli("generate", [specdec_toy.data_bin, "--path", exported, "--cpu", "-s", "src",
-                                "-t", "tgt", "--beam", "1", "--batch-size", "64",
-                                *EXACT_BATCHING])
+    proc = run_cli(
+        "generate",
+        [
+            specdec_toy.data_bin,
+            "--path",
+            exported,
+            "--cpu",
+            "-s",
+            "src",
+            "-t",
+            "tgt",
+            "--beam",
+            "1",
+            "--batch-size",
+            "64",
+            *EXACT_BATCHING,
+        ],
+    )
 
     assert "--user-dir" not in " ".join(map(str, proc.args))
     hyps = hypotheses(proc.stdout)
