@@ -215,8 +215,12 @@ def _free_port() -> int:
 
 
 def test_two_process_gloo_training(tmp_path: Path, toy_data_bin: Path) -> None:
-    # fairseq 0.12 infers a launch only for GPUs (torchrun needs a CUDA device
-    # count), so each CPU rank is started explicitly and meets over TCP.
+    # What fairseq 0.12 needs on the CPU: it infers a launch only for GPUs
+    # (under torchrun it divides the rank by the CUDA device count, and its own
+    # spawn asserts world size <= device count), so each rank is started here
+    # with --distributed-rank and meets the other over TCP. The default
+    # --ddp-backend pytorch_ddp passes device_ids=[0], which torch refuses for
+    # a CPU module; legacy_ddp all-reduces the gradients itself.
     save_dir = tmp_path / "ddp"
     port = _free_port()
     common = [
