@@ -27,7 +27,8 @@ try:
 except ImportError:  # running from a checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fairseq_plugins  # noqa: E402,F401  (registers the task/model, safe checkpoint loader)
+# Registers the task and model and installs the safe checkpoint loader.
+import fairseq_plugins  # noqa: E402,F401
 from nmt_specdec.evaluation.cli import main  # noqa: E402
 from nmt_specdec.evaluation.config import EvalConfig  # noqa: E402,F401
 from nmt_specdec.evaluation.pipeline import run  # noqa: E402,F401

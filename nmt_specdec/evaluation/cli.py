@@ -28,81 +28,156 @@ _PLUGIN_PACKAGE = "fairseq_plugins"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nmt-specdec-evaluate",
-        description="Decode one test set with fairseq's SequenceGenerator (beam 1, beam "
-                    "N) and a grid of SpecDec settings, interleaved in one process on one "
-                    f"loaded checkpoint; write {RESULTS_JSON}, {RESULTS_MD} and {PLOT_PNG}.",
+        description="Decode one test set with fairseq's SequenceGenerator (beam 1, "
+        "beam N) and a grid of SpecDec settings, interleaved in one process on one "
+        f"loaded checkpoint; write {RESULTS_JSON}, {RESULTS_MD} and {PLOT_PNG}.",
     )
     _add_input_args(parser.add_argument_group("model and test set"))
-    _add_decoding_args(parser.add_argument_group("decoding (fairseq-generate's meaning)"))
+    _add_decoding_args(
+        parser.add_argument_group("decoding (fairseq-generate's meaning)")
+    )
     _add_timing_args(parser.add_argument_group("timing"))
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parser.add_argument("--user-dir", default=_default_user_dir(), metavar="DIR",
-                        help="fairseq plugin to register before loading (default: this "
-                             "project's fairseq_plugins)")
+    parser.add_argument(
+        "--user-dir",
+        default=_default_user_dir(),
+        metavar="DIR",
+        help="fairseq plugin to register before loading (default: this "
+        "project's fairseq_plugins)",
+    )
     return parser
 
 
 def _add_input_args(group) -> None:
-    group.add_argument("--checkpoint", required=True, metavar="PT", help="fairseq checkpoint")
-    group.add_argument("--data", metavar="DIR",
-                       help="fairseq binarized data dir: the test split and the "
-                            "dictionaries (default dictionaries: the checkpoint's dir)")
+    group.add_argument(
+        "--checkpoint", required=True, metavar="PT", help="fairseq checkpoint"
+    )
+    group.add_argument(
+        "--data",
+        metavar="DIR",
+        help="fairseq binarized data dir: the test split and the "
+        "dictionaries (default dictionaries: the checkpoint's dir)",
+    )
     group.add_argument("--split", default="test", help="split of --data to decode")
-    group.add_argument("--source-lang", "-s", help="source language (default: checkpoint's)")
-    group.add_argument("--target-lang", "-t", help="target language (default: checkpoint's)")
-    group.add_argument("--src-file", metavar="TXT",
-                       help="raw source text instead of --split (needs --ref-file and "
-                            "--spm-model)")
-    group.add_argument("--ref-file", metavar="TXT",
-                       help="raw detokenized references, line-aligned with the test set; "
-                            "BLEU is always computed against raw text")
-    group.add_argument("--spm-model", metavar="MODEL",
-                       help="SentencePiece model: encodes --src-file and detokenizes "
-                            "hypotheses; REQUIRED with --data when --ref-file is not given, "
-                            "to decode the binarized references into raw text")
-    group.add_argument("--post-process", default="sentencepiece",
-                       help="fairseq --post-process for hypotheses when no --spm-model")
-    group.add_argument("--max-sentences", "--limit", dest="max_sentences", type=int,
-                       metavar="N", help="decode only the first N sentences of the test set")
+    group.add_argument(
+        "--source-lang", "-s", help="source language (default: checkpoint's)"
+    )
+    group.add_argument(
+        "--target-lang", "-t", help="target language (default: checkpoint's)"
+    )
+    group.add_argument(
+        "--src-file",
+        metavar="TXT",
+        help="raw source text instead of --split (needs --ref-file and " "--spm-model)",
+    )
+    group.add_argument(
+        "--ref-file",
+        metavar="TXT",
+        help="raw detokenized references, line-aligned with the test set; "
+        "BLEU is always computed against raw text",
+    )
+    group.add_argument(
+        "--spm-model",
+        metavar="MODEL",
+        help="SentencePiece model: encodes --src-file and detokenizes "
+        "hypotheses; REQUIRED with --data when --ref-file is not given, "
+        "to decode the binarized references into raw text",
+    )
+    group.add_argument(
+        "--post-process",
+        default="sentencepiece",
+        help="fairseq --post-process for hypotheses when no --spm-model",
+    )
+    group.add_argument(
+        "--max-sentences",
+        "--limit",
+        dest="max_sentences",
+        type=int,
+        metavar="N",
+        help="decode only the first N sentences of the test set",
+    )
 
 
 def _add_decoding_args(group) -> None:
-    group.add_argument("--beams", type=int, nargs="+", default=[1, 5],
-                       help="stock beam sizes (beam 1 is always run: it is the baseline)")
+    group.add_argument(
+        "--beams",
+        type=int,
+        nargs="+",
+        default=[1, 5],
+        help="stock beam sizes (beam 1 is always run: it is the baseline)",
+    )
     group.add_argument("--max-len-a", type=float, default=0.0)
     group.add_argument("--max-len-b", type=int, default=200)
     group.add_argument("--min-len", type=int, default=1)
     group.add_argument("--lenpen", type=float, default=1.0)
     group.add_argument("--unkpen", type=float, default=0.0)
-    group.add_argument("--grid-k", type=int, nargs="+", default=[],
-                       help="SpecDec draft block sizes (default: the model's)")
-    group.add_argument("--grid-beta", type=int, nargs="+", default=[1, 3, 5],
-                       help="SpecDec top-beta widths (1 = exactly greedy)")
-    group.add_argument("--grid-tau", type=float, nargs="+", default=[1.0, 3.0],
-                       help="SpecDec log-prob margins (beta=1 rows run once, tau unused)")
-    group.add_argument("--stock-only", action="store_true",
-                       help="no SpecDec rows (for checkpoints without a draft head)")
+    group.add_argument(
+        "--grid-k",
+        type=int,
+        nargs="+",
+        default=[],
+        help="SpecDec draft block sizes (default: the model's)",
+    )
+    group.add_argument(
+        "--grid-beta",
+        type=int,
+        nargs="+",
+        default=[1, 3, 5],
+        help="SpecDec top-beta widths (1 = exactly greedy)",
+    )
+    group.add_argument(
+        "--grid-tau",
+        type=float,
+        nargs="+",
+        default=[1.0, 3.0],
+        help="SpecDec log-prob margins (beta=1 rows run once, tau unused)",
+    )
+    group.add_argument(
+        "--stock-only",
+        action="store_true",
+        help="no SpecDec rows (for checkpoints without a draft head)",
+    )
 
 
 def _add_timing_args(group) -> None:
     group.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
-    group.add_argument("--repeats", type=int, default=3,
-                       help="timed passes per row; the median is reported")
-    group.add_argument("--warmup-batches", type=int, default=1,
-                       help="untimed batches per row before timing")
-    group.add_argument("--threads", type=int, default=1,
-                       help="torch.set_num_threads (default 1: stable CPU timings)")
-    group.add_argument("--cpu", action="store_true", help="decode on the CPU even with CUDA")
-    group.add_argument("--profile", action="store_true",
-                       help="one extra pass per SpecDec row, split into encoder / draft / "
-                            "verify / bookkeeping time")
-    group.add_argument("--no-progress", dest="progress", action="store_false",
-                       help="no progress bar")
+    group.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed passes per row; the median is reported",
+    )
+    group.add_argument(
+        "--warmup-batches",
+        type=int,
+        default=1,
+        help="untimed batches per row before timing",
+    )
+    group.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads (default 1: stable CPU timings)",
+    )
+    group.add_argument(
+        "--cpu", action="store_true", help="decode on the CPU even with CUDA"
+    )
+    group.add_argument(
+        "--profile",
+        action="store_true",
+        help="one extra pass per SpecDec row, split into encoder / draft / "
+        "verify / bookkeeping time",
+    )
+    group.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar"
+    )
 
 
 def config_from_args(args: argparse.Namespace, argv: List[str]) -> EvalConfig:
     values = {name: value for name, value in vars(args).items() if name != "user_dir"}
-    values = {name: tuple(v) if isinstance(v, list) else v for name, v in values.items()}
+    values = {
+        name: tuple(v) if isinstance(v, list) else v for name, v in values.items()
+    }
     return EvalConfig(**values, command=shlex.join(["nmt-specdec-evaluate", *argv]))
 
 

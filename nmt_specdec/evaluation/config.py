@@ -121,7 +121,9 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     Returns:
         Distinct specs, stock beam 1 first.
     """
-    specs = [BASELINE] + [DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1]
+    specs = [BASELINE] + [
+        DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1
+    ]
     if cfg.stock_only:
         return specs
     ks = cfg.grid_k or ((default_k,) if default_k else ())
@@ -152,29 +154,42 @@ def validate(cfg: EvalConfig) -> None:
         raise UserError(f"--warmup-batches must be >= 0, got {cfg.warmup_batches}")
     if any(not tau >= 0 for tau in cfg.grid_tau):
         raise UserError(f"--grid-tau values must be >= 0, got {list(cfg.grid_tau)}")
-    if not cfg.stock_only and any(beta > 1 for beta in cfg.grid_beta) and not cfg.grid_tau:
+    if (
+        not cfg.stock_only
+        and any(beta > 1 for beta in cfg.grid_beta)
+        and not cfg.grid_tau
+    ):
         raise UserError("--grid-tau needs at least one value for --grid-beta > 1")
 
 
 def _check_input_options(cfg: EvalConfig) -> None:
     if not os.path.isfile(cfg.checkpoint):
         raise UserError(f"--checkpoint: no such file {cfg.checkpoint}")
-    for flag, path in (("--src-file", cfg.src_file), ("--ref-file", cfg.ref_file),
-                       ("--spm-model", cfg.spm_model)):
+    for flag, path in (
+        ("--src-file", cfg.src_file),
+        ("--ref-file", cfg.ref_file),
+        ("--spm-model", cfg.spm_model),
+    ):
         if path is not None and not os.path.isfile(path):
             raise UserError(f"{flag}: no such file {path}")
     if cfg.data is not None and not os.path.isdir(cfg.data):
         raise UserError(f"--data: no such directory {cfg.data}")
     if cfg.src_file is not None:
         if cfg.ref_file is None or cfg.spm_model is None:
-            raise UserError("--src-file needs --ref-file (raw references) and --spm-model "
-                            "(to encode the source)")
+            raise UserError(
+                "--src-file needs --ref-file (raw references) and --spm-model "
+                "(to encode the source)"
+            )
     elif cfg.data is None:
-        raise UserError("give a test set: --data DIR [--split test], or --src-file, "
-                        "--ref-file and --spm-model")
+        raise UserError(
+            "give a test set: --data DIR [--split test], or --src-file, "
+            "--ref-file and --spm-model"
+        )
     elif cfg.ref_file is None and cfg.spm_model is None:
-        raise UserError("--data without --ref-file needs --spm-model to decode the "
-                        "binarized references into raw text for BLEU")
+        raise UserError(
+            "--data without --ref-file needs --spm-model to decode the "
+            "binarized references into raw text for BLEU"
+        )
 
 
 def _check_positive(flag: str, values) -> None:

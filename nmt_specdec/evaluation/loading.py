@@ -20,7 +20,7 @@ _SAFE_LOADER_MARK = "_nmt_specdec_safe"
 
 
 def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, object]:
-    """Loads one model and its task (dictionaries from ``--data`` or the checkpoint dir).
+    """Loads one model and its task (dictionaries: ``--data`` or the checkpoint's dir).
 
     The fairseq plugin must already be registered: its import installs the safe
     checkpoint loader that ``load_model_ensemble_and_task`` then goes through.
@@ -30,9 +30,11 @@ def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, o
     """
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, _SAFE_LOADER_MARK, False):
         # Never unpickle a checkpoint with fairseq's plain torch.load.
-        raise UserError("the fairseq plugin is not registered: `import fairseq_plugins` "
-                        "(or pass --user-dir) before evaluating, so that checkpoints "
-                        "load through the safe loader")
+        raise UserError(
+            "the fairseq plugin is not registered: `import fairseq_plugins` "
+            "(or pass --user-dir) before evaluating, so that checkpoints "
+            "load through the safe loader"
+        )
     overrides = {"data": cfg.data or os.path.dirname(os.path.abspath(cfg.checkpoint))}
     if cfg.source_lang:
         overrides["source_lang"] = cfg.source_lang
@@ -43,16 +45,21 @@ def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, o
             [cfg.checkpoint], arg_overrides=overrides
         )
     except FileNotFoundError as err:
-        raise UserError(f"cannot load {cfg.checkpoint} with dictionaries from "
-                        f"{overrides['data']}: {err} (pass --data DIR holding "
-                        "dict.SRC.txt and dict.TGT.txt, and --source-lang/--target-lang)"
-                        ) from err
+        raise UserError(
+            f"cannot load {cfg.checkpoint} with dictionaries from "
+            f"{overrides['data']}: {err} (pass --data DIR holding "
+            "dict.SRC.txt and dict.TGT.txt, and --source-lang/--target-lang)"
+        ) from err
     except KeyError as err:
-        raise UserError(f"{cfg.checkpoint} needs a task or architecture that is not "
-                        f"registered ({err}); is its --user-dir plugin loaded?") from err
+        raise UserError(
+            f"{cfg.checkpoint} needs a task or architecture that is not "
+            f"registered ({err}); is its --user-dir plugin loaded?"
+        ) from err
     model = models[0].to(device)
     # As fairseq-generate: eval mode, generation-only optimisations.
-    model.prepare_for_inference_(SimpleNamespace(generation=generation_config(cfg, beam=1)))
+    model.prepare_for_inference_(
+        SimpleNamespace(generation=generation_config(cfg, beam=1))
+    )
     model.eval()
     return model, task
 
@@ -73,13 +80,17 @@ def check_specdec_supported(task, model: nn.Module) -> None:
     """Refuses SpecDec rows for checkpoints that cannot run them."""
     if not hasattr(task.cfg, "spec_decoding"):
         name = getattr(task.cfg, "_name", type(task).__name__)
-        raise UserError(f"SpecDec rows need a checkpoint trained with --task "
-                        f"translation_specdec (this one: {name}); pass --stock-only to "
-                        "time fairseq's generator alone")
+        raise UserError(
+            f"SpecDec rows need a checkpoint trained with --task "
+            f"translation_specdec (this one: {name}); pass --stock-only to "
+            "time fairseq's generator alone"
+        )
     if not hasattr(model, "draft_head"):
-        raise UserError("SpecDec rows need a checkpoint with a draft head "
-                        "(--arch specdec_transformer*); pass --stock-only to time "
-                        "fairseq's generator alone")
+        raise UserError(
+            "SpecDec rows need a checkpoint with a draft head "
+            "(--arch specdec_transformer*); pass --stock-only to time "
+            "fairseq's generator alone"
+        )
 
 
 def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):

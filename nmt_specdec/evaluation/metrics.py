@@ -52,8 +52,9 @@ class Detokenizer:
 
         def encode(line: str) -> Tensor:
             pieces = " ".join(self.spm.encode(line, out_type=str))
-            return source_dictionary.encode_line(pieces, add_if_not_exist=False,
-                                                 append_eos=True).long()
+            return source_dictionary.encode_line(
+                pieces, add_if_not_exist=False, append_eos=True
+            ).long()
 
         return encode
 
@@ -66,8 +67,12 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Score
     refs = [list(references)]
     bleu_score = bleu.corpus_score(list(hypotheses), refs)
     chrf_score = chrf.corpus_score(list(hypotheses), refs)
-    return Scores(float(bleu_score.score), str(bleu.get_signature()),
-                  float(chrf_score.score), str(chrf.get_signature()))
+    return Scores(
+        float(bleu_score.score),
+        str(bleu.get_signature()),
+        float(chrf_score.score),
+        str(chrf.get_signature()),
+    )
 
 
 def in_order(outputs: Dict[int, List[int]], count: int) -> List[List[int]]:
@@ -75,6 +80,8 @@ def in_order(outputs: Dict[int, List[int]], count: int) -> List[List[int]]:
     return [outputs[i] for i in range(count)]
 
 
-def count_differences(outputs: Dict[int, List[int]], reference: Dict[int, List[int]]) -> int:
+def count_differences(
+    outputs: Dict[int, List[int]], reference: Dict[int, List[int]]
+) -> int:
     """Sentences whose token ids differ from ``reference`` (e.g. stock greedy)."""
     return sum(outputs[i] != reference.get(i) for i in outputs)

@@ -23,8 +23,13 @@ from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid, vali
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
 from nmt_specdec.evaluation.profiling import Profile, profile_run
 from nmt_specdec.evaluation.runner import Run
-from nmt_specdec.evaluation.testset import (TestSet, check_lengths, load_binarized,
-                                            load_raw, make_batches)
+from nmt_specdec.evaluation.testset import (
+    TestSet,
+    check_lengths,
+    load_binarized,
+    load_raw,
+    make_batches,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +47,15 @@ def run(cfg: EvalConfig) -> dict:
     validate(cfg)
     make_out_dir(cfg.out)  # before decoding: a bad --out must not cost a whole run
     if cfg.repeats < 3:
-        logger.warning("--repeats %d: medians of fewer than 3 passes are noisy", cfg.repeats)
+        logger.warning(
+            "--repeats %d: medians of fewer than 3 passes are noisy", cfg.repeats
+        )
     device = setup_runtime(cfg)
     started = time.perf_counter()
     model, task = loading.load_checkpoint(cfg, device)
-    detokenize = metrics.Detokenizer(task.target_dictionary, cfg.spm_model, cfg.post_process)
+    detokenize = metrics.Detokenizer(
+        task.target_dictionary, cfg.spm_model, cfg.post_process
+    )
     testset = load_testset(cfg, task, detokenize)
     check_lengths(testset.sources, model.max_positions()[0])
     specs = build_grid(cfg, getattr(model, "draft_block_size", None))
@@ -61,12 +70,19 @@ def run(cfg: EvalConfig) -> dict:
         "config": _config_dict(cfg),
         "machine": machine.machine_info(device),
         "model": _model_info(cfg, model, task),
-        "test_set": {"description": testset.description, "sentences": len(testset),
-                     "source_tokens": sum(s.numel() for s in testset.sources)},
-        "timing": {"repeats": cfg.repeats, "warmup_batches": cfg.warmup_batches,
-                   "interleaved": True, "statistic": "median",
-                   "cpu_over_wall": _cpu_over_wall(runs),
-                   "total_wall_s": time.perf_counter() - started},
+        "test_set": {
+            "description": testset.description,
+            "sentences": len(testset),
+            "source_tokens": sum(s.numel() for s in testset.sources),
+        },
+        "timing": {
+            "repeats": cfg.repeats,
+            "warmup_batches": cfg.warmup_batches,
+            "interleaved": True,
+            "statistic": "median",
+            "cpu_over_wall": _cpu_over_wall(runs),
+            "total_wall_s": time.perf_counter() - started,
+        },
         "memory": _memory_info(runs),
         "signatures": signatures,
         "rows": rows,
@@ -92,10 +108,18 @@ def load_testset(cfg: EvalConfig, task, detokenize: metrics.Detokenizer) -> Test
     return load_binarized(task, cfg.split, detokenize, cfg.ref_file, cfg.max_sentences)
 
 
-def build_runs(cfg: EvalConfig, task, model: nn.Module, specs, testset: TestSet,
-               device: torch.device) -> List[Run]:
+def build_runs(
+    cfg: EvalConfig,
+    task,
+    model: nn.Module,
+    specs,
+    testset: TestSet,
+    device: torch.device,
+) -> List[Run]:
     """One run per (configuration, batch size); generators are built once per spec."""
-    generators = {spec: loading.build_generator(task, model, spec, cfg) for spec in specs}
+    generators = {
+        spec: loading.build_generator(task, model, spec, cfg) for spec in specs
+    }
     runs = []
     for batch_size in sorted(set(cfg.batch_sizes)):
         batches = make_batches(task, testset.sources, batch_size, device)
@@ -103,8 +127,9 @@ def build_runs(cfg: EvalConfig, task, model: nn.Module, specs, testset: TestSet,
     return runs
 
 
-def decode_all(cfg: EvalConfig, task, model: nn.Module, runs: List[Run],
-               device: torch.device) -> Dict[Tuple, Profile]:
+def decode_all(
+    cfg: EvalConfig, task, model: nn.Module, runs: List[Run], device: torch.device
+) -> Dict[Tuple, Profile]:
     """Warm-up, interleaved timed passes, then the optional profile passes."""
     progress = _progress_bar(cfg.progress)
     runner.freeze_heap()
@@ -116,28 +141,44 @@ def decode_all(cfg: EvalConfig, task, model: nn.Module, runs: List[Run],
         gc.unfreeze()
 
 
-def profile_runs(task, model, runs: List[Run], device: torch.device,
-                 progress) -> Dict[Tuple, Profile]:
+def profile_runs(
+    task, model, runs: List[Run], device: torch.device, progress
+) -> Dict[Tuple, Profile]:
     """One instrumented pass per SpecDec run (after, and apart from, the timed ones)."""
     chosen = [run for run in runs if run.spec.kind == "specdec"]
-    return {(run.spec, run.batch_size): profile_run(task, model, run, device)
-            for run in progress(chosen, desc="profile")}
+    return {
+        (run.spec, run.batch_size): profile_run(task, model, run, device)
+        for run in progress(chosen, desc="profile")
+    }
 
 
-def score_runs(runs: List[Run], testset: TestSet, detokenize: metrics.Detokenizer,
-               profiles: Dict[Tuple, Profile]) -> Tuple[List[dict], dict]:
-    """Report rows (sorted by batch size, then configuration) and sacreBLEU signatures."""
+def score_runs(
+    runs: List[Run],
+    testset: TestSet,
+    detokenize: metrics.Detokenizer,
+    profiles: Dict[Tuple, Profile],
+) -> Tuple[List[dict], dict]:
+    """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
     rows, signatures = [], {}
     for run in runs:
         baseline = baselines[run.batch_size]
-        hypotheses = [detokenize(tokens)
-                      for tokens in metrics.in_order(run.outputs, len(testset))]
+        hypotheses = [
+            detokenize(tokens) for tokens in metrics.in_order(run.outputs, len(testset))
+        ]
         scores = metrics.corpus_scores(hypotheses, testset.references)
         signatures = {"bleu": scores.bleu_signature, "chrf": scores.chrf_signature}
         differs = metrics.count_differences(run.outputs, baseline.outputs)
-        rows.append(report.make_row(run, baseline, scores, differs, len(testset),
-                                    profiles.get((run.spec, run.batch_size))))
+        rows.append(
+            report.make_row(
+                run,
+                baseline,
+                scores,
+                differs,
+                len(testset),
+                profiles.get((run.spec, run.batch_size)),
+            )
+        )
     return rows, signatures
 
 
@@ -172,14 +213,18 @@ def _model_info(cfg: EvalConfig, model: nn.Module, task) -> dict:
 def _cpu_over_wall(runs: List[Run]) -> float:
     """Process CPU time / wall time over all timed passes (about the thread count
     on an idle CPU; lower means other processes took cores from the timing)."""
-    return sum(map(sum, (r.cpu_seconds for r in runs))) / sum(map(sum, (r.seconds for r in runs)))
+    return sum(map(sum, (r.cpu_seconds for r in runs))) / sum(
+        map(sum, (r.seconds for r in runs))
+    )
 
 
 def _memory_info(runs: List[Run]) -> dict:
     """Process peak RSS (all configurations together) and the largest CUDA peak."""
     peaks = [run.cuda_peak_bytes for run in runs if run.cuda_peak_bytes is not None]
-    return {"peak_rss_mib": machine.peak_rss_mib(),
-            "cuda_peak_mib": max(peaks) / 2**20 if peaks else None}
+    return {
+        "peak_rss_mib": machine.peak_rss_mib(),
+        "cuda_peak_mib": max(peaks) / 2**20 if peaks else None,
+    }
 
 
 def _config_dict(cfg: EvalConfig) -> dict:
@@ -192,6 +237,6 @@ def _progress_bar(enabled: bool) -> Callable:
         return lambda items, desc=None: items
     from tqdm import tqdm
 
-    return lambda items, desc=None: tqdm(items, desc=desc, unit="pass", dynamic_ncols=True)
-
-
+    return lambda items, desc=None: tqdm(
+        items, desc=desc, unit="pass", dynamic_ncols=True
+    )

@@ -15,6 +15,7 @@ def pareto_front(points: Sequence[Tuple[float, float]]) -> List[int]:
     Returns:
         Indices of the non-dominated points, by increasing speedup.
     """
+
     def dominated(i: int) -> bool:
         x, y = points[i]
         return any(ox >= x and oy >= y and (ox > x or oy > y) for ox, oy in points)
@@ -44,21 +45,42 @@ def _panel(ax, rows: List[dict], batch_size: int) -> None:
     points = [(row["speedup"], row["bleu"]) for row in rows]
     ordered = pareto_front(points)
     front = set(ordered)
-    for kind, marker, colour in (("stock", "s", "tab:blue"), ("specdec", "o", "tab:orange")):
+    for kind, marker, colour in (
+        ("stock", "s", "tab:blue"),
+        ("specdec", "o", "tab:orange"),
+    ):
         chosen = [p for p, row in zip(points, rows) if row["decoder"] == kind]
         if chosen:
-            ax.scatter(*zip(*chosen), marker=marker, color=colour, zorder=3,
-                       label="fairseq SequenceGenerator" if kind == "stock" else "SpecDec")
-    ax.plot([points[i][0] for i in ordered], [points[i][1] for i in ordered],
-            color="black", linewidth=1, linestyle="--", zorder=2, label="Pareto front")
+            ax.scatter(
+                *zip(*chosen),
+                marker=marker,
+                color=colour,
+                zorder=3,
+                label="fairseq SequenceGenerator" if kind == "stock" else "SpecDec",
+            )
+    ax.plot(
+        [points[i][0] for i in ordered],
+        [points[i][1] for i in ordered],
+        color="black",
+        linewidth=1,
+        linestyle="--",
+        zorder=2,
+        label="Pareto front",
+    )
     for i, (point, row) in enumerate(zip(points, rows)):
         on_front = i in front
         if on_front:
             ax.scatter(*point, s=160, facecolors="none", edgecolors="black", zorder=4)
         # Staggered offsets keep the names of near-identical points apart.
-        ax.annotate(row["name"], point, textcoords="offset points", xytext=(6, 6 - 10 * (i % 3)),
-                    fontsize=8 if on_front else 7, color="black" if on_front else "grey",
-                    fontweight="bold" if on_front else "normal")
+        ax.annotate(
+            row["name"],
+            point,
+            textcoords="offset points",
+            xytext=(6, 6 - 10 * (i % 3)),
+            fontsize=8 if on_front else 7,
+            color="black" if on_front else "grey",
+            fontweight="bold" if on_front else "normal",
+        )
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
     ax.set_title(f"batch size {batch_size}")
     ax.set_xlabel("speedup over stock beam 1 (same batch size)")

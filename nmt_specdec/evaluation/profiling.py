@@ -49,9 +49,11 @@ class Profile:
     def as_dict(self) -> Dict[str, float]:
         parts = {name: getattr(self, name) for name in (*COMPONENTS, "bookkeeping")}
         total = self.total or 1.0
-        return {"total_s": self.total,
-                **{f"{name}_s": value for name, value in parts.items()},
-                **{f"{name}_share": value / total for name, value in parts.items()}}
+        return {
+            "total_s": self.total,
+            **{f"{name}_s": value for name, value in parts.items()},
+            **{f"{name}_share": value / total for name, value in parts.items()},
+        }
 
 
 class _Clock:

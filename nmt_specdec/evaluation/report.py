@@ -28,8 +28,14 @@ _COLUMNS = (
 )
 
 
-def make_row(run: Run, baseline: Run, scores: Scores, differs_from_greedy: int,
-             num_sentences: int, profile: Optional[Profile]) -> dict:
+def make_row(
+    run: Run,
+    baseline: Run,
+    scores: Scores,
+    differs_from_greedy: int,
+    num_sentences: int,
+    profile: Optional[Profile],
+) -> dict:
     """Every figure of one (configuration, batch size).
 
     Args:
@@ -64,8 +70,9 @@ def make_row(run: Run, baseline: Run, scores: Scores, differs_from_greedy: int,
         "slot_acceptance": stats.slot_acceptance() if stats else None,
         "differs_from_greedy": differs_from_greedy,
         "equals_greedy": differs_from_greedy == 0,
-        "cuda_peak_mib": (run.cuda_peak_bytes / 2**20
-                          if run.cuda_peak_bytes is not None else None),
+        "cuda_peak_mib": (
+            run.cuda_peak_bytes / 2**20 if run.cuda_peak_bytes is not None else None
+        ),
         "profile": profile.as_dict() if profile else None,
     }
 
@@ -78,11 +85,15 @@ def write_json(results: dict, path: str) -> None:
 
 def markdown_table(rows: List[dict]) -> str:
     """One line per (batch size, configuration); n/a where a figure does not apply."""
-    lines = ["| " + " | ".join(header for header, _, _ in _COLUMNS) + " |",
-             "|" + "|".join("---" if i < 2 else "---:" for i in range(len(_COLUMNS))) + "|"]
+    lines = [
+        "| " + " | ".join(header for header, _, _ in _COLUMNS) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(_COLUMNS))) + "|",
+    ]
     for row in rows:
-        cells = [fmt.format(row[key]) if row[key] is not None else "n/a"
-                 for _, key, fmt in _COLUMNS]
+        cells = [
+            fmt.format(row[key]) if row[key] is not None else "n/a"
+            for _, key, fmt in _COLUMNS
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -93,13 +104,17 @@ def profile_table(rows: List[dict]) -> str:
     if not profiled:
         return ""
     parts = ("encoder", "draft", "verify", "bookkeeping")
-    lines = ["| batch | decoder | total s | " + " | ".join(parts) + " |",
-             "|---|---|---:|" + "---:|" * len(parts)]
+    lines = [
+        "| batch | decoder | total s | " + " | ".join(parts) + " |",
+        "|---|---|---:|" + "---:|" * len(parts),
+    ]
     for row in profiled:
         prof = row["profile"]
         shares = " | ".join(f"{100 * prof[f'{p}_share']:.1f}%" for p in parts)
-        lines.append(f"| {row['batch_size']} | {row['name']} | {prof['total_s']:.3f} | "
-                     f"{shares} |")
+        lines.append(
+            f"| {row['batch_size']} | {row['name']} | {prof['total_s']:.3f} | "
+            f"{shares} |"
+        )
     return "\n".join(lines)
 
 
@@ -112,12 +127,17 @@ def markdown_report(results: dict) -> str:
         f"Test set: {results['test_set']['description']} "
         f"({results['test_set']['sentences']} sentences). "
         f"Checkpoint: `{model['checkpoint']}`.",
-        f"Speedup: median wall time of stock beam 1 at the same batch size / this row's "
+        "Speedup: median wall time of stock beam 1 at the same batch size / this "
+        f"row's "
         f"({results['timing']['repeats']} interleaved repeats after "
         f"{results['timing']['warmup_batches']} warm-up batches). "
         f"CPU/wall time of the timed passes: {results['timing']['cpu_over_wall']:.2f}"
-        + (" (busy machine: other processes competed for the cores; speedups are noisy)."
-           if _busy(results) else "."),
+        + (
+            " (busy machine: other processes competed for the cores; speedups are "
+            "noisy)."
+            if _busy(results)
+            else "."
+        ),
         "",
         markdown_table(results["rows"]),
         "",
@@ -128,24 +148,36 @@ def markdown_report(results: dict) -> str:
         f"Parameters: verifier {model['parameters']['verifier']:,}, draft head "
         f"{model['parameters']['draft_head']:,}. "
         f"Peak RSS {memory['peak_rss_mib']:.0f} MiB"
-        + (f", CUDA peak {memory['cuda_peak_mib']:.0f} MiB." if memory["cuda_peak_mib"]
-           else "."),
+        + (
+            f", CUDA peak {memory['cuda_peak_mib']:.0f} MiB."
+            if memory["cuda_peak_mib"]
+            else "."
+        ),
     ]
     profile = profile_table(results["rows"])
     if profile:
-        parts += ["", "## SpecDec time split (one extra, instrumented pass)", "", profile]
+        parts += [
+            "",
+            "## SpecDec time split (one extra, instrumented pass)",
+            "",
+            profile,
+        ]
     return "\n".join(parts) + "\n"
 
 
 def _busy(results: dict) -> bool:
     """CPU decoding got clearly less than its threads' worth of CPU time."""
     machine = results["machine"]
-    return (machine["device"] == "cpu"
-            and results["timing"]["cpu_over_wall"] < 0.8 * machine["torch_threads"])
+    return (
+        machine["device"] == "cpu"
+        and results["timing"]["cpu_over_wall"] < 0.8 * machine["torch_threads"]
+    )
 
 
 def _machine_line(machine: Dict) -> str:
     device = machine["gpu"] or machine["cpu"]
-    return (f"Machine: {device} ({machine['device']}), {machine['torch_threads']} torch "
-            f"threads; torch {machine['torch']}, fairseq {machine['fairseq']}, "
-            f"sacrebleu {machine['sacrebleu']}.  ")
+    return (
+        f"Machine: {device} ({machine['device']}), {machine['torch_threads']} torch "
+        f"threads; torch {machine['torch']}, fairseq {machine['fairseq']}, "
+        f"sacrebleu {machine['sacrebleu']}.  "
+    )

@@ -36,7 +36,8 @@ class Run:
         cpu_seconds: CPU time of this process in each timed pass (all threads); with
             one thread, well below ``seconds`` means the machine was busy.
         outputs: sentence index -> output token ids (EOS included), from the first pass.
-        target_tokens: output tokens of one pass (EOS included, as fairseq-generate counts).
+        target_tokens: output tokens of one pass (EOS included, as fairseq-generate
+            counts them).
         stats: SpecDec statistics of the first pass (None for stock).
         cuda_peak_bytes: largest CUDA peak allocation over the passes (None on CPU).
     """
@@ -75,8 +76,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def decode_pass(task, model: nn.Module, run: Run, device: torch.device,
-                batches: Optional[List[Batch]] = None) -> Pass:
+def decode_pass(
+    task,
+    model: nn.Module,
+    run: Run,
+    device: torch.device,
+    batches: Optional[List[Batch]] = None,
+) -> Pass:
     """Decodes ``batches`` (default: all of the run's) once, timed.
 
     Only ``task.inference_step`` (as fairseq-generate calls it) is inside the
@@ -96,10 +102,15 @@ def decode_pass(task, model: nn.Module, run: Run, device: torch.device,
     try:
         synchronize(device)
         start, cpu_start = time.perf_counter(), time.process_time()
-        hypotheses = [task.inference_step(run.generator, [model], batch.sample)
-                      for batch in (run.batches if batches is None else batches)]
+        hypotheses = [
+            task.inference_step(run.generator, [model], batch.sample)
+            for batch in (run.batches if batches is None else batches)
+        ]
         synchronize(device)
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        seconds, cpu_seconds = (
+            time.perf_counter() - start,
+            time.process_time() - cpu_start,
+        )
     finally:
         gc.enable()
     return Pass(seconds, cpu_seconds, hypotheses)
@@ -112,8 +123,14 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-def warm_up(task, model: nn.Module, runs: Iterable[Run], device: torch.device,
-            num_batches: int, progress) -> None:
+def warm_up(
+    task,
+    model: nn.Module,
+    runs: Iterable[Run],
+    device: torch.device,
+    num_batches: int,
+    progress,
+) -> None:
     """Decodes the first ``num_batches`` batches of every run, untimed."""
     if num_batches == 0:
         return
@@ -121,11 +138,20 @@ def warm_up(task, model: nn.Module, runs: Iterable[Run], device: torch.device,
         decode_pass(task, model, run, device, run.batches[:num_batches])
 
 
-def measure(task, model: nn.Module, runs: List[Run], device: torch.device,
-            repeats: int, progress) -> None:
+def measure(
+    task,
+    model: nn.Module,
+    runs: List[Run],
+    device: torch.device,
+    repeats: int,
+    progress,
+) -> None:
     """Times every run ``repeats`` times, interleaved; fills the runs' results."""
-    schedule = [(repeat, runs[(i + repeat) % len(runs)])
-                for repeat in range(repeats) for i in range(len(runs))]
+    schedule = [
+        (repeat, runs[(i + repeat) % len(runs)])
+        for repeat in range(repeats)
+        for i in range(len(runs))
+    ]
     bar = progress(schedule, desc="measure")
     for repeat, run in bar:
         if hasattr(bar, "set_postfix_str"):

@@ -53,14 +53,19 @@ def read_lines(path: str, flag: str) -> List[str]:
         raise UserError(f"{flag}: cannot read {path}: {err}") from err
 
 
-def load_binarized(task, split: str, detokenize: Callable[[Tensor], str],
-                   ref_file: Optional[str], limit: Optional[int]) -> TestSet:
+def load_binarized(
+    task,
+    split: str,
+    detokenize: Callable[[Tensor], str],
+    ref_file: Optional[str],
+    limit: Optional[int],
+) -> TestSet:
     """A split of the task's binarized data dir.
 
     Args:
         task: a fairseq translation task whose ``cfg.data`` is the data dir.
         split: split name (``test``).
-        detokenize: turns a binarized reference into raw text (used without ``ref_file``).
+        detokenize: turns a binarized reference into raw text (without ``ref_file``).
         ref_file: raw references; preferred over decoding the binarized ones.
         limit: keep the first N sentences.
     """
@@ -83,8 +88,9 @@ def load_binarized(task, split: str, detokenize: Callable[[Tensor], str],
     return TestSet(sources, references, f"{task.cfg.data} split {split}")
 
 
-def load_raw(src_file: str, ref_file: str, encode: Callable[[str], Tensor],
-             limit: Optional[int]) -> TestSet:
+def load_raw(
+    src_file: str, ref_file: str, encode: Callable[[str], Tensor], limit: Optional[int]
+) -> TestSet:
     """Raw source text, encoded with ``encode`` (SentencePiece + source dictionary)."""
     lines = read_lines(src_file, "--src-file")
     references = read_lines(ref_file, "--ref-file")
@@ -96,17 +102,21 @@ def load_raw(src_file: str, ref_file: str, encode: Callable[[str], Tensor],
 
 def _check_aligned(references: List[str], expected: int, flag: str, other: str) -> None:
     if len(references) != expected:
-        raise UserError(f"{flag} has {len(references)} lines but {other} has {expected} "
-                        "sentences")
+        raise UserError(
+            f"{flag} has {len(references)} lines but {other} has {expected} "
+            "sentences"
+        )
 
 
 def check_lengths(sources: List[Tensor], max_source_positions: int) -> None:
     """Refuses sentences the encoder cannot take (fairseq-generate would fail too)."""
     too_long = [i for i, s in enumerate(sources) if s.numel() > max_source_positions]
     if too_long:
-        raise UserError(f"{len(too_long)} test sentences (first: line {too_long[0] + 1}) "
-                        f"are longer than the model's {max_source_positions} source "
-                        "positions; shorten them or use --max-sentences")
+        raise UserError(
+            f"{len(too_long)} test sentences (first: line {too_long[0] + 1}) "
+            f"are longer than the model's {max_source_positions} source "
+            "positions; shorten them or use --max-sentences"
+        )
     if not sources:
         raise UserError("the test set is empty")
 
@@ -116,8 +126,9 @@ def sorted_order(lengths: List[int]) -> List[int]:
     return sorted(range(len(lengths)), key=lambda i: lengths[i])
 
 
-def make_batches(task, sources: List[Tensor], batch_size: int,
-                 device: torch.device) -> List[Batch]:
+def make_batches(
+    task, sources: List[Tensor], batch_size: int, device: torch.device
+) -> List[Batch]:
     """Length-sorted batches of ``batch_size`` sentences, collated by fairseq.
 
     fairseq's collater reorders rows within a batch (longest first); ``Batch.ids``
@@ -128,7 +139,9 @@ def make_batches(task, sources: List[Tensor], batch_size: int,
     order = sorted_order(lengths)
     batches = []
     for start in range(0, len(order), batch_size):
-        sample = dataset.collater([dataset[i] for i in order[start:start + batch_size]])
+        sample = dataset.collater(
+            [dataset[i] for i in order[start : start + batch_size]]
+        )
         sample = _to_device(sample, device)
         batches.append(Batch(sample["id"].tolist(), sample))
     return batches

@@ -23,10 +23,11 @@ TINY_DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
              "--encoder-layers", "1", "--decoder-layers", "1",
              "--encoder-attention-heads", "2", "--decoder-attention-heads", "2")
 ROW_KEYS = {
-    "name": str, "decoder": str, "beam": int, "batch_size": int, "wall_s_median": float,
-    "wall_s": list, "cpu_s_median": float, "sentences_per_s": float, "target_tokens": int,
-    "target_tokens_per_s": float, "speedup": float, "bleu": float, "chrf": float,
-    "differs_from_greedy": int, "equals_greedy": bool,
+    "name": str, "decoder": str, "beam": int, "batch_size": int,
+    "wall_s_median": float, "wall_s": list, "cpu_s_median": float,
+    "sentences_per_s": float, "target_tokens": int, "target_tokens_per_s": float,
+    "speedup": float, "bleu": float, "chrf": float, "differs_from_greedy": int,
+    "equals_greedy": bool,
 }
 SPECDEC_KEYS = {"k": int, "beta": int, "tau": float, "mean_accepted_tokens": float,
                 "iterations_per_sentence": float, "profile": dict}
@@ -43,7 +44,8 @@ def _spm_pieces(raw: Path, root: Path):
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
-        input=[str(raw / "train.src"), str(raw / "train.tgt")], model_prefix=str(root / "spm"),
+        input=[str(raw / "train.src"), str(raw / "train.tgt")],
+        model_prefix=str(root / "spm"),
         vocab_size=30, model_type="unigram", hard_vocab_limit=False, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
     return root / "spm.model", lambda line: " ".join(sp.encode(line, out_type=str))
@@ -53,10 +55,11 @@ def _binarize_in_process(raw: Path, data: Path, encode) -> None:
     """What fairseq-preprocess --joined-dictionary writes, for the test split."""
     from fairseq.data import Dictionary, indexed_dataset
 
-    pieces = {side: [encode(line) for line in (raw / f"{split}.{side}").read_text().splitlines()]
-              for split in ("train",) for side in ("src", "tgt")}
+    sides = ("src", "tgt")
+    train = [(raw / f"train.{side}").read_text().splitlines() for side in sides]
+    pieces = [[encode(line) for line in lines] for lines in train]
     dictionary = Dictionary()
-    for lines in pieces.values():
+    for lines in pieces:
         for line in lines:
             for piece in line.split():
                 dictionary.add_symbol(piece)
@@ -68,11 +71,13 @@ def _binarize_in_process(raw: Path, data: Path, encode) -> None:
         builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap",
                                                vocab_size=len(dictionary))
         for line in (raw / f"test.{side}").read_text().splitlines():
-            builder.add_item(dictionary.encode_line(encode(line), add_if_not_exist=False))
+            ids = dictionary.encode_line(encode(line), add_if_not_exist=False)
+            builder.add_item(ids)
         builder.finalize(prefix + ".idx")
 
 
-def _save_random_checkpoint(data: Path, path: Path, task: str, arch: str, extra=()) -> Path:
+def _save_random_checkpoint(data: Path, path: Path, task: str, arch: str,
+                            extra=()) -> Path:
     """A random-init model saved in fairseq's checkpoint format (cfg + model)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -97,13 +102,15 @@ def _save_random_checkpoint(data: Path, path: Path, task: str, arch: str, extra=
 def toy(tmp_path_factory: pytest.TempPathFactory) -> dict:
     script = _load_script()  # registers the plugin (task, model, safe loader)
     root = tmp_path_factory.mktemp("evaluate_speed")
-    raw = make_toy_data(root / "raw", n=200, seed=3, splits={"train": 1.0, "test": 0.06})
+    raw = make_toy_data(root / "raw", n=200, seed=3,
+                        splits={"train": 1.0, "test": 0.06})
     spm_model, encode = _spm_pieces(raw, root)
     _binarize_in_process(raw, root / "data", encode)
     specdec = _save_random_checkpoint(
-        root / "data", root / "specdec.pt", "translation_specdec", "specdec_transformer_tiny",
-        ("--draft-layers", "1", "--draft-block-size", "4"))
-    stock = _save_random_checkpoint(root / "data", root / "stock.pt", "translation", "transformer")
+        root / "data", root / "specdec.pt", "translation_specdec",
+        "specdec_transformer_tiny", ("--draft-layers", "1", "--draft-block-size", "4"))
+    stock = _save_random_checkpoint(root / "data", root / "stock.pt", "translation",
+                                    "transformer")
     return {"script": script, "root": root, "raw": raw, "data": root / "data",
             "spm": spm_model, "specdec": specdec, "stock": stock}
 
@@ -155,7 +162,8 @@ def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
         if row["decoder"] == "specdec":
             _check_types(row, SPECDEC_KEYS)
             assert row["mean_accepted_tokens"] >= 1
-            assert set(row["profile"]) >= {"encoder_s", "draft_s", "verify_s", "bookkeeping_s"}
+            parts = {"encoder_s", "draft_s", "verify_s", "bookkeeping_s"}
+            assert set(row["profile"]) >= parts
         else:
             assert row["mean_accepted_tokens"] is None and row["profile"] is None
         if row["name"] == "stock beam1":
@@ -164,7 +172,8 @@ def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
             assert row["differs_from_greedy"] == 0 and row["equals_greedy"]
 
 
-def test_markdown_has_a_row_per_configuration(binarized_results: dict, toy: dict) -> None:
+def test_markdown_has_a_row_per_configuration(binarized_results: dict,
+                                              toy: dict) -> None:
     text = (toy["root"] / "binarized" / "results.md").read_text()
     table = [line for line in text.splitlines() if line.startswith("| ")]
     for row in binarized_results["rows"]:
@@ -183,7 +192,8 @@ def test_plot_is_a_valid_png(binarized_results: dict, toy: dict) -> None:
         assert image.format == "PNG" and image.size[0] > 0 and image.size[1] > 0
 
 
-def test_raw_text_input_decodes_like_binarized(binarized_results: dict, toy: dict) -> None:
+def test_raw_text_input_decodes_like_binarized(binarized_results: dict,
+                                               toy: dict) -> None:
     raw = toy["raw"]
     results = toy["script"].run(_config(
         toy, "raw", src_file=str(raw / "test.src"), ref_file=str(raw / "test.tgt"),
@@ -200,7 +210,8 @@ def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
     with pytest.raises(UserError, match="--stock-only"):
         toy["script"].run(_config(toy, "stock", checkpoint=str(toy["stock"])))
     results = toy["script"].run(_config(toy, "stock", checkpoint=str(toy["stock"]),
-                                        stock_only=True, batch_sizes=(4,), max_sentences=8))
+                                        stock_only=True, batch_sizes=(4,),
+                                        max_sentences=8))
     assert [r["name"] for r in results["rows"]] == ["stock beam1", "stock beam2"]
     assert results["model"]["parameters"]["draft_head"] == 0
     assert results["test_set"]["sentences"] == 8
@@ -208,8 +219,9 @@ def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
 
 def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) -> None:
     out = toy["root"] / "cli"
-    argv = ["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]), "-s", "src",
-            "-t", "tgt", "--spm-model", str(toy["spm"]), "--max-sentences", "6",
+    argv = ["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]),
+            "-s", "src", "-t", "tgt", "--spm-model", str(toy["spm"]),
+            "--max-sentences", "6",
             "--beams", "1", "--grid-k", "2", "--grid-beta", "1", "--batch-sizes", "3",
             "--max-len-a", "1", "--max-len-b", "4", "--repeats", "1", "--threads", "1",
             "--no-progress", "--out", str(out)]
@@ -218,7 +230,8 @@ def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) ->
     assert "| 3 | stock beam1 |" in printed and "| 3 | specdec k2 beta1 |" in printed
     results = json.loads((out / "results.json").read_text())
     assert results["test_set"]["sentences"] == 6
-    assert results["config"]["max_sentences"] == 6 and "--max-sentences 6" in results["command"]
+    assert results["config"]["max_sentences"] == 6
+    assert "--max-sentences 6" in results["command"]
 
 
 def test_bad_out_dir_fails_before_decoding(toy: dict, monkeypatch) -> None:
@@ -248,7 +261,8 @@ def test_console_entry_point_is_declared() -> None:
     import tomllib
 
     pyproject = tomllib.loads((SCRIPT.parents[1] / "pyproject.toml").read_text())
-    module, _, name = pyproject["project"]["scripts"]["nmt-specdec-evaluate"].partition(":")
+    entry = pyproject["project"]["scripts"]["nmt-specdec-evaluate"]
+    module, _, name = entry.partition(":")
     assert callable(getattr(importlib.import_module(module), name))
 
 
@@ -261,7 +275,8 @@ def test_pareto_front_keeps_only_undominated_points() -> None:
 
 
 def test_main_prints_one_line_error(toy: dict, capsys: pytest.CaptureFixture) -> None:
-    code = toy["script"].main(["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]),
+    code = toy["script"].main(["--checkpoint", str(toy["specdec"]),
+                               "--data", str(toy["data"]),
                                "--out", str(toy["root"] / "err")])
     assert code == 2
     err = capsys.readouterr().err.strip()
