@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 from nmt_specdec.evaluation.metrics import Scores
 from nmt_specdec.evaluation.profiling import Profile
 from nmt_specdec.evaluation.runner import Run
+from nmt_specdec.stats import SpecDecStats
 
 SCHEMA_VERSION = 1
 
@@ -25,6 +26,13 @@ _COLUMNS = (
     ("tok/iter", "mean_accepted_tokens", "{:.2f}"),
     ("iter/sent", "iterations_per_sentence", "{:.2f}"),
     ("!= greedy", "differs_from_greedy", "{}"),
+)
+
+_LEGEND = (
+    "tok/s: output tokens (EOS included) per second. tok/iter: tokens committed per "
+    "SpecDec iteration (accepted drafts + the verifier's own token). iter/sent: "
+    "verifier calls per sentence. != greedy: sentences whose output differs from "
+    "stock beam 1 at the same batch size."
 )
 
 
@@ -65,7 +73,9 @@ def make_row(
         "speedup": baseline.median_seconds / seconds,
         "bleu": scores.bleu,
         "chrf": scores.chrf,
+        # Committed tokens per iteration: accepted drafts plus the verifier's token.
         "mean_accepted_tokens": stats.mean_accepted_tokens if stats else None,
+        "mean_accepted_drafts": _accepted_drafts(stats) if stats else None,
         "iterations_per_sentence": stats.iterations_per_sentence if stats else None,
         "slot_acceptance": stats.slot_acceptance() if stats else None,
         "differs_from_greedy": differs_from_greedy,
@@ -75,6 +85,11 @@ def make_row(
         ),
         "profile": profile.as_dict() if profile else None,
     }
+
+
+def _accepted_drafts(stats: SpecDecStats) -> float:
+    """Draft tokens accepted per iteration (0..K), without the verifier's own token."""
+    return sum(stats.accepted_per_slot) / stats.iterations if stats.iterations else 0.0
 
 
 def write_json(results: dict, path: str) -> None:
@@ -140,6 +155,8 @@ def markdown_report(results: dict) -> str:
         ),
         "",
         markdown_table(results["rows"]),
+        "",
+        _LEGEND,
         "",
         f"BLEU: `{results['signatures']['bleu']}`  ",
         f"chrF: `{results['signatures']['chrf']}`",

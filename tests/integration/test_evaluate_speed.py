@@ -162,6 +162,7 @@ def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
         if row["decoder"] == "specdec":
             _check_types(row, SPECDEC_KEYS)
             assert row["mean_accepted_tokens"] >= 1
+            assert 0 <= row["mean_accepted_drafts"] <= row["k"]
             parts = {"encoder_s", "draft_s", "verify_s", "bookkeeping_s"}
             assert set(row["profile"]) >= parts
         else:
