@@ -143,9 +143,8 @@ def markdown_report(results: dict) -> str:
         f"({results['test_set']['sentences']} sentences). "
         f"Checkpoint: `{model['checkpoint']}`.",
         "Speedup: median wall time of stock beam 1 at the same batch size / this "
-        f"row's "
-        f"({results['timing']['repeats']} interleaved repeats after "
-        f"{results['timing']['warmup_batches']} warm-up batches). "
+        f"row's (interleaved timed passes: {results['timing']['repeats']}, after "
+        f"warm-up batches: {results['timing']['warmup_batches']}). "
         f"CPU/wall time of the timed passes: {results['timing']['cpu_over_wall']:.2f}"
         + (
             " (busy machine: other processes competed for the cores; speedups are "
