@@ -190,9 +190,11 @@ def render_report(results: dict, flags: list[str]) -> str:
         "",
         "A tiny joint SpecDec model (`specdec_transformer_tiny`: 3+3-layer d=256 "
         "verifier, 2-layer draft head, K=10) trained on the Ding De-En dictionary "
-        f"for a fixed budget of {qs['train_minutes']:g} min on {qs['threads']} CPU "
-        "threads. It is far from converged: the numbers show the pipeline and the "
-        "speed/quality trade-off, not the quality of a real system.",
+        f"for a fixed budget of {qs['train_minutes']:g} min (CPU threads: "
+        f"{qs['threads']}). It is far from converged: the numbers show the pipeline, "
+        "not the quality or the speedups of a trained system (an under-trained "
+        "draft head gets few tokens accepted, so SpecDec can be slower than "
+        "greedy search here).",
         "",
         "## Training",
         "",
