@@ -42,7 +42,7 @@ from nmt_specdec.data.steps import (
 )
 
 LANGS = ("de", "en")
-STATMT = "http://statmt.org"
+STATMT = "https://www.statmt.org"
 # archive file name -> download URL
 ARCHIVES = {
     "training-parallel-europarl-v7.tgz":
