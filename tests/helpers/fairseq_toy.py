@@ -18,6 +18,7 @@ parameters) so that the SpecDec tests can train their joint model with them.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -142,7 +143,9 @@ def run_cli(
         args: Command-line arguments.
         stdin: Text fed to standard input (``None``: empty input).
         check: Raise if the command exits non-zero; the error shows its output.
-        env: Full environment to use (default: this process's environment).
+        env: Full environment to use (default: this process's environment,
+            with ``OMP_NUM_THREADS=1`` unless it is set: toy models only lose
+            time to thread start-up, and tests share the cores).
         cwd: Working directory (default: the current one).
         timeout: Seconds before the command is killed.
 
@@ -155,7 +158,7 @@ def run_cli(
     cmd = [sys.executable, "-m", f"fairseq_cli.{module}", *map(str, args)]
     proc = subprocess.run(
         cmd, input=stdin or "", capture_output=True, text=True,
-        env=dict(env) if env is not None else None, cwd=cwd, timeout=timeout,
+        env=dict(env) if env is not None else default_env(), cwd=cwd, timeout=timeout,
     )
     if check and proc.returncode != 0:
         raise RuntimeError(
@@ -163,6 +166,11 @@ def run_cli(
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def default_env() -> dict[str, str]:
+    """This process's environment, with ``OMP_NUM_THREADS`` defaulting to 1."""
+    return {"OMP_NUM_THREADS": "1", **os.environ}
 
 
 def binarize(

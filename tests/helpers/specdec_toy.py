@@ -19,6 +19,7 @@ Typical use::
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Sequence, Tuple
@@ -224,12 +225,16 @@ class SpecDecToy:
         data_bin: binarized data (joined dictionary).
         checkpoint: ``checkpoint_last.pt``; its directory holds ``train.log``.
         train_log: fairseq-train's stdout + stderr (``--log-format json``).
+        train_cpu_seconds: CPU time (user + system) the fairseq-train process
+            used: unlike its wall time, it does not grow when other jobs share
+            the cores.
     """
 
     raw_dir: Path
     data_bin: Path
     checkpoint: Path
     train_log: str
+    train_cpu_seconds: float
 
     def records(self, tag: str) -> List[dict]:
         """The JSON stat lines of one kind (``train_inner``, ``valid``, ...)."""
@@ -266,7 +271,14 @@ def train_specdec_toy(workdir: Path, max_update: int = SPECDEC_TOY_UPDATES) -> S
                         alphabet=SPECDEC_TOY_ALPHABET)
     data_bin = binarize(raw, workdir / "data-bin")
     save_dir = workdir / "checkpoints"
+    before = _children_cpu_seconds()
     proc = run_cli("train", train_specdec_args(data_bin, save_dir, max_update))
+    cpu = _children_cpu_seconds() - before
     log = proc.stdout + proc.stderr
     (save_dir / "train.log").write_text(log)
-    return SpecDecToy(raw, data_bin, save_dir / "checkpoint_last.pt", log)
+    return SpecDecToy(raw, data_bin, save_dir / "checkpoint_last.pt", log, cpu)
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

@@ -25,6 +25,7 @@ from tests.helpers.fairseq_toy import (
     PLUGINS_DIR,
     REPO_ROOT,
     TINY_TRANSFORMER_ARGS,
+    default_env,
     hypotheses,
     json_log_records,
     run_cli,
@@ -62,10 +63,14 @@ def _num_updates(checkpoint: Path) -> int:
 def test_joint_training_learns_draft_head_within_two_minutes(
     specdec_toy: SpecDecToy,
 ) -> None:
-    seconds = float(
+    wall = float(
         re.search(r"done training in ([\d.]+) seconds", specdec_toy.train_log)[1]
     )
-    assert seconds < 120, f"{SPECDEC_TOY_UPDATES} updates took {seconds:.0f} s"
+    cpu = specdec_toy.train_cpu_seconds
+    print(f"{SPECDEC_TOY_UPDATES} updates: {cpu:.0f} s CPU, {wall:.0f} s wall")
+    # The 2-minute budget is CPU time of the whole fairseq-train process (start-up
+    # included): wall time also counts whatever else shares the cores.
+    assert 0 < cpu < 120, f"{SPECDEC_TOY_UPDATES} updates took {cpu:.0f} s of CPU"
 
     inner = specdec_toy.records("train_inner")
     assert len(inner) >= 6
@@ -273,6 +278,7 @@ def test_two_process_gloo_training(tmp_path: Path, toy_data_bin: Path) -> None:
                 str(rank),
             ],
             stdout=subprocess.PIPE,
+            env=default_env(),
             stderr=subprocess.STDOUT,
             text=True,
         )
