@@ -42,10 +42,12 @@ TINY_TRANSFORMER_ARGS: tuple[str, ...] = (
     "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
 )
 
-# fairseq 0.12 rounds every batch down to a multiple of
-# --required-batch-size-multiple (default 8) and silently drops the remainder
-# when decoding: 50 test sentences with --batch-size 64 give 48 hypotheses.
-# Pass this to generate/interactive/validate whenever every sentence counts.
+# fairseq's batch_by_size (fairseq/data/data_utils.py) rounds batches down to a
+# multiple of --required-batch-size-multiple (default 8) and then drops the last
+# batch if its size is still not a multiple: 50 test sentences with
+# --batch-size 64 give 48 hypotheses in fairseq-generate, and validation during
+# training sees 96 of 100 sentences. (fairseq-interactive passes no multiple.)
+# Pass this to generate/validate whenever every sentence counts.
 EXACT_BATCHING: tuple[str, ...] = ("--required-batch-size-multiple", "1")
 
 # Optimisation settings for a tiny CPU run; disk-heavy extras are switched off.
