@@ -21,6 +21,7 @@ import argparse
 import os
 import pickle
 import re
+import zipfile
 from typing import IO, Any, Callable, Union
 
 import numpy as np
@@ -99,6 +100,10 @@ def load_checkpoint(source: CheckpointSource, map_location: MapLocation = "cpu")
     """
     name = _display_name(source)
     start = source.tell() if _is_file(source) else None
+    problem = _container_problem(source, start)
+    if problem:
+        raise CheckpointError(f"cannot load checkpoint {name}: it is truncated, corrupt or "
+                              f"not a PyTorch checkpoint ({problem})")
     try:
         with torch.serialization.safe_globals(fairseq_checkpoint_globals()):
             return torch.load(source, map_location=map_location, weights_only=True)
@@ -113,6 +118,34 @@ def load_checkpoint(source: CheckpointSource, map_location: MapLocation = "cpu")
         # zip reader, EOFError, KeyError, UnicodeDecodeError, struct.error...);
         # all of them mean the same thing to the user.
         raise _unreadable(name, exc) from exc
+
+
+def _container_problem(source: CheckpointSource, start: int | None) -> str:
+    """Says why ``source`` cannot be a checkpoint, from its container alone.
+
+    torch's own errors for such files are misleading ("Invalid argument",
+    "Unsupported operand 205"); the container check names the real problem.
+    A checkpoint is a zip archive (torch >= 1.6) or a legacy pickle (protocol
+    byte 0x80). Returns "" when the container looks fine or cannot be read here.
+    """
+    try:
+        if start is None:
+            with open(source, "rb") as handle:  # type: ignore[arg-type]
+                head, is_zip = handle.read(4), zipfile.is_zipfile(handle)
+        else:
+            head = source.read(4)  # type: ignore[union-attr]
+            source.seek(start)  # type: ignore[union-attr]
+            is_zip = zipfile.is_zipfile(source)  # type: ignore[arg-type]
+            source.seek(start)  # type: ignore[union-attr]
+    except OSError:
+        return ""  # let torch.load report the I/O error
+    if not head:
+        return "empty file"
+    if head.startswith(b"PK"):
+        return "" if is_zip else "incomplete zip archive"
+    if head[:1] == b"\x80":
+        return ""
+    return "neither a zip archive nor a pickle"
 
 
 def _refusal(
