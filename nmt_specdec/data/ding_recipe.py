@@ -156,23 +156,14 @@ def run(cfg: DingConfig) -> dict[str, str]:
         raise RecipeError(f"--out {cfg.out} exists and is not a directory")
     corpus = ding.locate_ding(cfg.ding_file, cfg.cache_dir)
     LOG.info("corpus: %s", corpus)
-    raw_dir, spm_dir, bin_dir = cfg.out / "raw", cfg.out / "spm", cfg.out / "bin"
-    model = cfg.out / "spm.model"
+    raw_dir, bin_dir = cfg.out / "raw", cfg.out / "bin"
     stat = corpus.stat()
     chain = StepChain(cfg.out)
     chain.run("raw", {"corpus": str(corpus.resolve()), "size": stat.st_size,
                       "mtime": int(stat.st_mtime), **asdict(cfg.split_config())},
               splits.split_paths(raw_dir, LANGS) + [cfg.out / "DATA_CARD.md"],
               lambda: build_raw(cfg, corpus))
-    chain.run("spm", asdict(cfg.spm_config()), [model, cfg.out / "spm.vocab"],
-              lambda: spm.train_spm([raw_dir / f"train.{lang}" for lang in LANGS],
-                                    cfg.out / "spm", cfg.spm_config()))
-    encoded = splits.split_paths(spm_dir, LANGS)
-    chain.run("encode", {}, encoded,
-              lambda: [spm.encode_file(model, raw_dir / p.name, p, cfg.workers)
-                       for p in encoded])
-    chain.run("binarize", {}, spm.binarized_outputs(bin_dir, LANGS),
-              lambda: spm.binarize(spm_dir, bin_dir, LANGS, workers=cfg.workers))
+    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers)
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
              bin_dir)
     return dict(chain.status)

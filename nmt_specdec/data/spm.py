@@ -10,10 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from nmt_specdec.data.splits import split_paths
 from nmt_specdec.data.steps import LOG, RecipeError, atomic_text, count_lines
 
 SPIECE_UNDERLINE = "\u2581"
@@ -200,3 +201,28 @@ def binarized_outputs(bin_dir: Path, langs: tuple[str, str] = ("de", "en"),
             out += [bin_dir / f"{split}.{src}-{tgt}.{lang}.{ext}"
                     for ext in ("bin", "idx")]
     return out
+
+
+def spm_encode_binarize(chain, out: Path, spm_cfg: SpmConfig, langs: tuple[str, str],
+                        workers: int) -> None:
+    """The recipe steps after the raw split: train SentencePiece on the raw
+    training text, encode every split, binarize with fairseq-preprocess.
+
+    Args:
+        chain: the recipe's :class:`~nmt_specdec.data.steps.StepChain`.
+        out: recipe output directory holding ``raw/``; gets ``spm.model``,
+            ``spm/`` and ``bin/``.
+        spm_cfg: SentencePiece settings.
+        langs: (source, target) language suffixes.
+        workers: threads/processes for encoding and binarizing.
+    """
+    raw_dir, spm_dir, bin_dir = out / "raw", out / "spm", out / "bin"
+    model = out / "spm.model"
+    chain.run("spm", asdict(spm_cfg), [model, out / "spm.vocab"],
+              lambda: train_spm([raw_dir / f"train.{lang}" for lang in langs],
+                                out / "spm", spm_cfg))
+    encoded = split_paths(spm_dir, langs)
+    chain.run("encode", {}, encoded,
+              lambda: [encode_file(model, raw_dir / p.name, p, workers) for p in encoded])
+    chain.run("binarize", {}, binarized_outputs(bin_dir, langs),
+              lambda: binarize(spm_dir, bin_dir, langs, workers=workers))

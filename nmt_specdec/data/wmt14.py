@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -292,8 +292,7 @@ def run(cfg: Wmt14Config) -> dict[str, str]:
     start = time.monotonic()
     cfg.validate()
     archives = fetch_archives(cfg)
-    raw_dir, spm_dir, bin_dir = cfg.out / "raw", cfg.out / "spm", cfg.out / "bin"
-    model = cfg.out / "spm.model"
+    raw_dir, bin_dir = cfg.out / "raw", cfg.out / "bin"
     spm_cfg = spm.SpmConfig(vocab_size=cfg.vocab_size, seed=cfg.seed, shuffle=True,
                             input_sentence_size=cfg.spm_sentences,
                             num_threads=cfg.workers)
@@ -303,15 +302,7 @@ def run(cfg: Wmt14Config) -> dict[str, str]:
                       "max_ratio": cfg.max_ratio, "max_train": cfg.max_train},
               split_paths(raw_dir, LANGS) + [cfg.out / "DATA_CARD.md"],
               lambda: build_raw(cfg, archives))
-    chain.run("spm", asdict(spm_cfg), [model, cfg.out / "spm.vocab"],
-              lambda: spm.train_spm([raw_dir / f"train.{lang}" for lang in LANGS],
-                                    cfg.out / "spm", spm_cfg))
-    encoded = split_paths(spm_dir, LANGS)
-    chain.run("encode", {}, encoded,
-              lambda: [spm.encode_file(model, raw_dir / p.name, p, cfg.workers)
-                       for p in encoded])
-    chain.run("binarize", {}, spm.binarized_outputs(bin_dir, LANGS),
-              lambda: spm.binarize(spm_dir, bin_dir, LANGS, workers=cfg.workers))
+    spm.spm_encode_binarize(chain, cfg.out, spm_cfg, LANGS, cfg.workers)
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
              bin_dir)
     return dict(chain.status)
