@@ -1,6 +1,6 @@
 """--deterministic: output bytes independent of batch size, --max-tokens and order.
 
-A toy joint model is trained once here; its decodes through fairseq-generate /
+The shared toy joint model's decodes through fairseq-generate /
 fairseq-interactive with different batchings must hash identically, and the
 in-process property test checks arbitrary batch compositions.
 """
@@ -9,42 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import random
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.fairseq_toy import (EXACT_BATCHING, PLUGINS_DIR, binarize, hypotheses,
-                                       make_toy_data, run_cli, train_tiny)
+from tests.helpers.fairseq_toy import PLUGINS_DIR, hypotheses, run_cli
 
 pytestmark = pytest.mark.slow
 
-SPEC_MODEL_ARGS = (
-    "--encoder-layers", "2", "--decoder-layers", "2", "--draft-layers", "1",
-    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-    "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--draft-block-size", "4", "--share-all-embeddings",
-)
 DECODE = ("--user-dir", PLUGINS_DIR, "--task", "translation_specdec", "--source-lang", "src",
           "--target-lang", "tgt", "--cpu", "--beam", "1", "--deterministic",
-          "--max-len-a", "1.2", "--max-len-b", "5", *EXACT_BATCHING)
+          "--max-len-a", "1.2", "--max-len-b", "5")
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    """(data_bin, checkpoint, raw_dir) of a joint model trained for 120 updates."""
-    root = tmp_path_factory.mktemp("det")
-    raw = make_toy_data(root / "raw", n=1000, seed=3, splits={"train": 1.0, "valid": 0.05,
-                                                             "test": 0.08})
-    data_bin = binarize(raw, root / "bin")
-    ckpt = train_tiny(data_bin, root / "ckpt", arch="specdec_transformer_tiny", max_update=120,
-                      model_args=SPEC_MODEL_ARGS,
-                      extra_args=("--task", "translation_specdec",
-                                  "--criterion", "specdec_joint_loss"))
-    return data_bin, ckpt, raw
+def toy(specdec_toy):
+    """(data_bin, checkpoint, raw_dir) of the shared toy joint model (tests/conftest.py)."""
+    return specdec_toy.data_bin, specdec_toy.checkpoint, specdec_toy.raw_dir
 
 
 def _digest(hyps: dict) -> str:
