@@ -9,7 +9,6 @@
 import logging
 
 from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
-from nmt_specdec.drafters import DraftHeadDrafter
 from nmt_specdec.errors import UserError
 from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
 
@@ -36,21 +35,19 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
     if len(models) != 1:
         raise UserError("--spec-decoding decodes with one model, not an ensemble")
     model = models[0]
-    if not hasattr(model, "draft_head"):
+    has_head = hasattr(model, "draft_head")
+    k = cfg.spec_k if cfg.spec_k is not None else (model.draft_block_size if has_head else 0)
+    if k > 0 and not has_head:
         raise UserError(
-            "--spec-decoding needs a checkpoint with a draft head; train one with "
-            "--arch specdec_transformer_* (or add one to this model with "
-            "--init-from-ar-checkpoint CKPT --freeze-verifier)"
+            "--spec-decoding with --spec-k > 0 needs a checkpoint with a draft head; train "
+            "one with --arch specdec_transformer_* (or add one to this model with "
+            "nmt-specdec-add-draft-head); --spec-k 0 decodes greedily with the lean engine"
         )
     if getattr(args, "beam", 1) != 1:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
-    options = SpecDecOptions(
-        k=cfg.spec_k or model.draft_block_size,
-        beta=cfg.spec_beta,
-        tau=cfg.spec_tau,
-        deterministic=cfg.deterministic,
-    )
+    options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
+                             deterministic=cfg.deterministic)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args)
 
 
@@ -67,10 +64,5 @@ def _deterministic(cfg, models, tgt_dict, args, fast) -> DeterministicGenerator:
         raise UserError("--deterministic decodes with one model, not an ensemble")
     model = models[0]
     rules = LengthRules.from_generation_args(args, model, per_sentence=True)
-    drafter, k = None, 0
-    if hasattr(model, "draft_head"):
-        drafter = DraftHeadDrafter(model.draft_head, tgt_dict.pad())
-        k = cfg.spec_k or model.draft_block_size
-    replay = FixedShapeReplay(model, tgt_dict, rules, window=cfg.deterministic_window,
-                              drafter=drafter, k=k)
+    replay = FixedShapeReplay(model, tgt_dict, rules, window=cfg.deterministic_window)
     return DeterministicGenerator(fast, replay, tgt_dict)

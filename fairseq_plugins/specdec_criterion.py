@@ -1,10 +1,12 @@
 """``specdec_joint_loss``: AR label-smoothed CE + lambda * draft CE.
 
 The encoder runs once; its output feeds both the verifier (teacher forcing on
-the gold or distilled target) and the draft head (a random cut of the target
-followed by K ``[MASK]`` slots). The two losses are logged separately, with the
-draft head's accuracy over all slots and on slot 1, so drafter quality is
-visible in training and validation logs.
+the gold or distilled target) and the draft head. The head's blocks are
+``--draft-cuts`` random cuts per sentence of the draft target (distilled when
+given), each reading the verifier's teacher-forced state at the cut
+(:mod:`nmt_specdec.draft_examples`); the verifier's states are detached, so the
+draft loss never changes the verifier. The two losses are logged separately,
+with the draft head's accuracy over all slots and on slot 1.
 """
 
 
@@ -21,7 +23,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
-from nmt_specdec.draft_examples import make_draft_block
+from nmt_specdec.draft_examples import make_draft_cuts
 from nmt_specdec.errors import UserError
 
 # Validation cuts come from a fixed seed so that draft accuracy is comparable
@@ -34,16 +36,23 @@ class SpecDecJointLossConfig(LabelSmoothedCrossEntropyCriterionConfig):
     draft_loss_weight: float = field(
         default=1.0, metadata={"help": "lambda: weight of the draft-head CE in the joint loss"}
     )
+    draft_cuts: int = field(
+        default=4, metadata={"help": "draft-head training blocks (random cut points) per "
+                                     "sentence"}
+    )
 
 
 @register_criterion("specdec_joint_loss", dataclass=SpecDecJointLossConfig)
 class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
-                 report_accuracy=False, draft_loss_weight=1.0):
+                 report_accuracy=False, draft_loss_weight=1.0, draft_cuts=4):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if draft_loss_weight < 0:
             raise UserError(f"--draft-loss-weight must be >= 0, got {draft_loss_weight}")
+        if draft_cuts < 1:
+            raise UserError(f"--draft-cuts must be >= 1, got {draft_cuts}")
         self.draft_loss_weight = draft_loss_weight
+        self.draft_cuts = draft_cuts
         self.bos = task.target_dictionary.eos()  # fairseq starts decoding with EOS
 
     def forward(self, model, sample, reduce=True):
@@ -53,9 +62,11 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         frozen = not any(p.requires_grad for p in model.encoder.parameters())
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
             encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
-            net_output = model.decoder(net_input["prev_output_tokens"], encoder_out=encoder_out)
+            features, extra = model.decoder(net_input["prev_output_tokens"],
+                                            encoder_out=encoder_out, features_only=True)
+            net_output = (model.decoder.output_layer(features), extra)
             ar_loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
-        draft = self._draft_loss(model, sample, encoder_out)
+        draft = self._draft_loss(model, sample, encoder_out, features.detach())
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         # The draft CE is a per-token mean rescaled to the AR loss's sum scale, so
         # lambda means the same whatever the batch's draft/AR token ratio.
@@ -69,6 +80,7 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
             "draft_tokens": draft["tokens"],
             "draft_correct": draft["correct"],
             "draft_correct1": draft["correct1"],
+            "draft_total": draft["total"],
             "draft_total1": draft["total1"],
             "ntokens": sample["ntokens"],
             "nsentences": sample["target"].size(0),
@@ -80,24 +92,43 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
             logging_output["total"] = utils.item(total.data)
         return loss, sample_size, logging_output
 
-    def _draft_loss(self, model, sample, encoder_out):
-        target = sample.get("draft_target", sample["target"])
+    def _draft_loss(self, model, sample, encoder_out, gold_states):
+        target = sample.get("draft_target")
+        if target is None:
+            target, states = sample["target"], gold_states
+        else:  # the verifier's states on the distilled target it would have produced
+            states = self._verifier_states(model, target, encoder_out)
         generator = None if model.training else torch.Generator().manual_seed(_VALID_SEED)
-        block = make_draft_block(target, model.draft_block_size, bos=self.bos,
-                                 pad=self.padding_idx, generator=generator)
-        logits = model.draft_head(block.prefix, encoder_out, model.draft_block_size)  # (B, K, V)
+        head = model.draft_head
+        cuts = make_draft_cuts(target, states, model.draft_block_size, self.draft_cuts,
+                               bos=self.bos, pad=self.padding_idx, generator=generator)
+        inputs = torch.where(cuts.has_state.unsqueeze(1), cuts.states,
+                             head.start_state.to(cuts.states.dtype).expand_as(cuts.states))
+        logits = head(inputs, cuts.last_tokens, cuts.positions, encoder_out,
+                      model.draft_block_size, rows=cuts.rows)  # (N, K, V)
         lprobs = F.log_softmax(logits.float(), dim=-1)
-        valid = block.target.ne(self.padding_idx)  # (B, K)
-        loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), block.target.view(-1),
+        valid = cuts.target.ne(self.padding_idx)  # (N, K)
+        # Tokens outside a cut draft vocabulary cannot be drafted: no loss, but
+        # they still count as misses in the accuracies.
+        learnable = valid & cuts.target.lt(lprobs.size(-1))
+        loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)),
+                          cuts.target.masked_fill(~learnable, self.padding_idx).view(-1),
                           ignore_index=self.padding_idx, reduction="sum")
-        hits = (lprobs.argmax(-1) == block.target) & valid
+        hits = (lprobs.argmax(-1) == cuts.target) & valid
         return {
             "loss": loss,
-            "tokens": int(valid.sum()),
+            "tokens": int(learnable.sum()),
             "correct": int(hits.sum()),
             "correct1": int(hits[:, 0].sum()),
             "total1": int(valid[:, 0].sum()),
+            "total": int(valid.sum()),
         }
+
+    def _verifier_states(self, model, target, encoder_out):
+        shifted = torch.cat([target.new_full((target.size(0), 1), self.bos), target[:, :-1]], 1)
+        with torch.no_grad():
+            states, _ = model.decoder(shifted, encoder_out=encoder_out, features_only=True)
+        return states
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
@@ -115,7 +146,8 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         metrics.log_scalar("draft_correct", total("draft_correct"))
         metrics.log_scalar("draft_total1", total("draft_total1"))
         metrics.log_scalar("draft_correct1", total("draft_correct1"))
-        metrics.log_derived("draft_acc", lambda m: _percent(m, "draft_correct", "draft_tokens"))
+        metrics.log_scalar("draft_total", total("draft_total"))
+        metrics.log_derived("draft_acc", lambda m: _percent(m, "draft_correct", "draft_total"))
         metrics.log_derived("draft_acc1", lambda m: _percent(m, "draft_correct1", "draft_total1"))
 
 

@@ -2,8 +2,9 @@
 
 The model's ordinary forward and incremental decoding are the AR path (the
 verifier), so stock ``fairseq-generate --beam N`` works on these checkpoints.
-The draft head (:class:`nmt_specdec.draft_head.DraftHead`) reads the shared
-encoder output.
+The draft head (:class:`nmt_specdec.draft_head.DraftHead`, format 2) reads the
+shared encoder output and the verifier's top-layer states. A checkpoint with a
+format-1 head (which re-encoded the prefix) is refused with a one-line error.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
-from nmt_specdec.draft_head import DraftHead
+from nmt_specdec.draft_head import FORMAT_VERSION, DraftHead
+from nmt_specdec.errors import CheckpointError
 
 
 @register_model("specdec_transformer")
@@ -29,6 +31,10 @@ class SpecDecTransformerModel(TransformerModel):
         parser.add_argument("--untie-draft-output", action="store_true",
                             help="give the draft head its own output projection "
                                  "(initialised from the verifier's)")
+        parser.add_argument("--draft-vocab-size", type=int, metavar="N",
+                            help="draft only the N most frequent tokens (the first N "
+                                 "dictionary ids; 0 = all); the verifier still checks "
+                                 "against the full vocabulary, so output is unchanged")
 
     @classmethod
     def build_model(cls, args, task):
@@ -36,9 +42,20 @@ class SpecDecTransformerModel(TransformerModel):
         if args.draft_block_size < 1:
             raise ValueError(f"--draft-block-size must be >= 1, got {args.draft_block_size}")
         model = super().build_model(args, task)
-        model.draft_head = DraftHead(model.decoder, args.draft_layers, args.untie_draft_output)
+        model.draft_head = DraftHead(model.decoder, args.draft_layers, args.untie_draft_output,
+                                     args.draft_vocab_size)
         model.draft_block_size = args.draft_block_size
         return model
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        draft_keys = [key for key in state_dict if key.startswith("draft_head.")]
+        if draft_keys and "draft_head.format_version" not in state_dict:
+            raise CheckpointError(
+                "this checkpoint's draft head is format 1 (it re-encoded the prefix every "
+                f"iteration); nmt-specdec now needs format {FORMAT_VERSION}: train a new head "
+                "onto its verifier (nmt-specdec-add-draft-head, or "
+                "--init-from-ar-checkpoint with the exported verifier)")
+        return super().load_state_dict(state_dict, strict, model_cfg, args)
 
     def verifier_parameters(self):
         """Every parameter except the draft head's own."""
@@ -55,6 +72,7 @@ def _draft_defaults(args, block_size: int) -> None:
     args.draft_layers = getattr(args, "draft_layers", 2)
     args.draft_block_size = getattr(args, "draft_block_size", block_size)
     args.untie_draft_output = getattr(args, "untie_draft_output", False)
+    args.draft_vocab_size = getattr(args, "draft_vocab_size", 0)
 
 
 @register_model_architecture("specdec_transformer", "specdec_transformer")

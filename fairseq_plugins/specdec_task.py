@@ -38,7 +38,7 @@ class TranslationSpecDecConfig(TranslationConfig):
     spec_k: Optional[int] = field(
         default=None,
         metadata={"help": "draft block size K at decoding time (default: the model's "
-                          "--draft-block-size)"},
+                          "--draft-block-size); 0 = greedy decoding with the lean engine"},
     )
     spec_beta: int = field(
         default=1,
@@ -152,8 +152,8 @@ class TranslationSpecDecTask(TranslationTask):
 
 
 def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
-    if cfg.spec_k is not None and cfg.spec_k < 1:
-        raise UserError(f"--spec-k must be >= 1, got {cfg.spec_k}")
+    if cfg.spec_k is not None and cfg.spec_k < 0:
+        raise UserError(f"--spec-k must be >= 0, got {cfg.spec_k}")
     if cfg.spec_k is not None and cfg.spec_k >= cfg.max_target_positions:
         raise UserError(f"--spec-k {cfg.spec_k} must be below --max-target-positions "
                         f"{cfg.max_target_positions}")

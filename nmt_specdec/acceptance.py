@@ -58,9 +58,19 @@ class Commit(NamedTuple):
 def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acceptance:
     """Applies the Spec-Verify criterion (Eq. 4) to a block of drafts.
 
+    Works on log-probabilities or on raw logits alike: ranks and margins do not
+    depend on the per-position normaliser. Ties count in the draft's favour: a
+    draft is inside the top-beta when fewer than beta tokens score strictly
+    higher, so with beta=1 any token tied for the best is accepted (gap 0). The
+    correction is the verifier's top-1 (``topk`` order among ties).
+
+    Cost: one max-reduction over the (B, K+1, V) scores, plus ``topk`` for
+    beta > 1 and an argmax over one position per row, so the work is a few
+    passes over the scores rather than a sort.
+
     Args:
-        lprobs: (B, K+1, V) verifier log-probabilities, already constrained
-            (pad, min/max length); position i scores the token after draft i-1.
+        lprobs: (B, K+1, V) verifier scores, already constrained (pad,
+            min/max length); position i scores the token after draft i-1.
         drafts: (B, K) draft tokens.
         beta: top-beta width (>= 1). ``beta=1`` is exactly greedy decoding.
         tau: log-probability margin to the top-1 (>= 0; ``math.inf`` disables it).
@@ -73,20 +83,24 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
     num_slots = drafts.size(1)
-    # topk (not argmax) so that ties break exactly as in fairseq's beam search.
-    # beta >= V admits the whole vocabulary (topk itself would raise).
-    top_values, top_indices = lprobs.topk(min(beta, lprobs.size(-1)), dim=-1)  # (B, K+1, beta)
-    draft_lprobs = lprobs[:, :num_slots].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    in_top_beta = (top_indices[:, :num_slots] == drafts.unsqueeze(-1)).any(-1)  # (B, K)
+    scored = lprobs[:, :num_slots]  # (B, K, V)
+    best = scored.amax(dim=-1)  # (B, K)
+    draft_scores = scored.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # (B, K)
+    if beta == 1:
+        passed = draft_scores >= best
+    else:
+        # beta >= V admits the whole vocabulary (topk itself would raise).
+        kth = scored.topk(min(beta, scored.size(-1)), dim=-1).values[..., -1]  # (B, K)
+        passed = (draft_scores >= kth) & (best - draft_scores <= tau)
     # A -inf draft is never accepted, even when beta exceeds the finite entries
-    # (e.g. at the max length only EOS is allowed and topk fills with -inf).
-    within_tau = (top_values[:, :num_slots, 0] - draft_lprobs <= tau) & torch.isfinite(
-        draft_lprobs
-    )
-    passed = in_top_beta & within_tau
+    # (e.g. at the max length only EOS is allowed).
+    passed = passed & torch.isfinite(draft_scores)
     accepted = passed.long().cumprod(dim=1).bool()  # all-true prefix, (B, K)
     num_accepted = accepted.long().sum(dim=1)  # (B,)
-    correction = top_indices[:, :, 0].gather(1, num_accepted.unsqueeze(1)).squeeze(1)
+    # The top-1 is needed at one position per row only.
+    index = num_accepted.view(-1, 1, 1).expand(-1, 1, lprobs.size(-1))
+    at_correction = lprobs.gather(1, index).squeeze(1)  # (B, V)
+    correction = at_correction.topk(1, dim=-1).indices.squeeze(1)
     return Acceptance(accepted, num_accepted, correction)
 
 

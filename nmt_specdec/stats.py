@@ -40,6 +40,19 @@ class SpecDecStats:
             self.accepted_per_slot[slot] += hits
             self.drafted_per_slot[slot] += int(counts.numel())
 
+    def add_tally(self, drafted_per_slot: List[int], accepted_per_slot: List[int],
+                  iterations: int, tokens: int) -> None:
+        """Adds a batch's totals (the engine counts on the device, reads once)."""
+        grow = len(drafted_per_slot) - len(self.drafted_per_slot)
+        if grow > 0:
+            self.accepted_per_slot += [0] * grow
+            self.drafted_per_slot += [0] * grow
+        for slot, (drafted, accepted) in enumerate(zip(drafted_per_slot, accepted_per_slot)):
+            self.drafted_per_slot[slot] += drafted
+            self.accepted_per_slot[slot] += accepted
+        self.iterations += iterations
+        self.tokens += tokens
+
     @property
     def mean_accepted_tokens(self) -> float:
         """Committed tokens per iteration (>= 1; at most K+1)."""

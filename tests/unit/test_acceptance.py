@@ -199,17 +199,20 @@ def test_rows_are_independent():
     assert r.correction.tolist() == [6, 4, 5]
 
 
-def test_ties_break_like_topk():
-    # Tokens 5 and 7 tie for the best score: the correction follows topk (as
-    # fairseq's beam search does), and a draft of either tied token has gap 0.
+def test_ties_count_in_the_drafts_favour():
+    # Tokens 5 and 7 tie for the best score: a draft of either has gap 0 and is
+    # accepted (an exact tie is a near-tie at its limit); the correction after a
+    # rejection is topk's top-1, one of the tied tokens.
     lprobs = torch.full((1, 2, V), REST)
     lprobs[0, 0, 5] = lprobs[0, 0, 7] = -0.7
     lprobs[0, 1, 4] = -0.1
-    expected = int(lprobs[0, 0].topk(1).indices)
     r = accept_drafts(lprobs, torch.tensor([[9]]), beta=1, tau=0.0)
-    assert r.correction.tolist() == [expected]
-    r = accept_drafts(lprobs, torch.tensor([[expected]]), beta=1, tau=0.0)
-    assert r.num_accepted.tolist() == [1]
+    assert r.correction.tolist() == [int(lprobs[0, 0].topk(1).indices)]
+    assert r.correction.tolist()[0] in (5, 7)
+    for tied in (5, 7):
+        r = accept_drafts(lprobs, torch.tensor([[tied]]), beta=1, tau=0.0)
+        assert r.num_accepted.tolist() == [1]
+        assert r.correction.tolist() == [4]  # the bonus token
 
 
 @pytest.mark.parametrize("beta, tau", [(0, 0.0), (-1, 1.0), (1, -0.1)])

@@ -1,18 +1,20 @@
-"""Draft-head training blocks: random cut, left-padded prefix, next-K targets."""
+"""Draft-head training blocks: random cuts, the verifier state before each cut,
+the last committed token and the next K target tokens."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from nmt_specdec.draft_examples import make_draft_block
+from nmt_specdec.draft_examples import make_draft_cuts, sample_cuts
 
 PAD, EOS = 1, 2
 BOS = EOS  # fairseq starts decoding with EOS
+C = 3
 
 
 def targets(batch: int, seed: int = 0) -> torch.Tensor:
-    """(B, T) right-padded gold targets ending in EOS, lengths 1..7 (EOS included)."""
+    """(B, T) right-padded targets ending in EOS, lengths 1..7 (EOS included)."""
     g = torch.Generator().manual_seed(seed)
     lengths = [1 + (b * 3 + seed) % 7 for b in range(batch)]
     out = torch.full((batch, max(lengths)), PAD)
@@ -22,76 +24,79 @@ def targets(batch: int, seed: int = 0) -> torch.Tensor:
     return out
 
 
-def cuts_of(prefix: torch.Tensor) -> list[int]:
-    """The cut c of each row: the prefix holds BOS plus c gold tokens."""
-    return (prefix.ne(PAD).sum(1) - 1).tolist()
+def fake_states(target: torch.Tensor) -> torch.Tensor:
+    """(B, T, C) states that name their own (row, input position): easy to check."""
+    batch, width = target.shape
+    b = torch.arange(batch).view(-1, 1, 1).expand(batch, width, C)
+    t = torch.arange(width).view(1, -1, 1).expand(batch, width, C)
+    return (100 * b + t).float()
 
 
 @pytest.mark.parametrize("batch", [1, 4, 16])
 @pytest.mark.parametrize("k", [1, 3, 8])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_block_is_prefix_then_next_k_gold_tokens(batch, k, seed):
-    target = targets(batch, seed)
-    g = torch.Generator().manual_seed(seed)
-    block = make_draft_block(target, k, bos=BOS, pad=PAD, generator=g)
+@pytest.mark.parametrize("cuts", [1, 3])
+def test_blocks_are_consistent_with_the_cut(batch, k, cuts):
+    target = targets(batch, seed=k)
+    g = torch.Generator().manual_seed(k)
+    blocks = make_draft_cuts(target, fake_states(target), k, cuts, bos=BOS, pad=PAD,
+                             generator=g)
+    n = batch * cuts
+    assert blocks.target.shape == (n, k) and blocks.states.shape == (n, C)
+    assert blocks.rows.tolist() == [b for b in range(batch) for _ in range(cuts)]
     lengths = target.ne(PAD).sum(1).tolist()
-    cuts = cuts_of(block.prefix)
-    assert block.prefix.size(1) == max(cuts) + 1  # only as wide as needed
-    assert block.target.shape == (batch, k)
-    for b in range(batch):
-        c, n = cuts[b], lengths[b]
-        gold = target[b, :n].tolist()
-        # c in [0, len-1]: at least the EOS is left to predict.
-        assert 0 <= c <= n - 1
-        # Left-padded, starting with BOS, then the first c gold tokens.
-        width = block.prefix.size(1)
-        assert block.prefix[b].tolist() == [PAD] * (width - c - 1) + [BOS] + gold[:c]
-        # Slots: gold tokens c..c+K-1, pad past the EOS.
-        expected = gold[c : c + k] + [PAD] * max(0, c + k - n)
-        assert block.target[b].tolist() == expected
-        assert block.target[b, 0] != PAD  # slot 1 always has a gold token
+    for i in range(n):
+        b, m = int(blocks.rows[i]), int(blocks.positions[i])
+        gold = target[b, : lengths[b]].tolist()
+        assert 0 <= m <= lengths[b] - 1  # at least the EOS is left to draft
+        # Last committed token: BOS at cut 0, else the m-th output token.
+        assert int(blocks.last_tokens[i]) == (BOS if m == 0 else gold[m - 1])
+        assert bool(blocks.has_state[i]) == (m > 0)
+        if m > 0:  # the state at input position m-1 predicted gold[m-1]
+            assert blocks.states[i].tolist() == [100.0 * b + m - 1] * C
+        expected = gold[m: m + k] + [PAD] * max(0, m + k - lengths[b])
+        assert blocks.target[i].tolist() == expected
+        assert int(blocks.target[i, 0]) != PAD
 
 
 def test_scripted_single_token_target():
-    # A target that is just EOS can only be cut at 0:
-    #   prefix [BOS], slots [EOS, pad, pad].
-    block = make_draft_block(torch.tensor([[EOS]]), 3, bos=BOS, pad=PAD)
-    assert block.prefix.tolist() == [[BOS]]
-    assert block.target.tolist() == [[EOS, PAD, PAD]]
+    # A target that is just EOS can only be cut at 0: BOS, no state, slots [EOS, pad, pad].
+    target = torch.tensor([[EOS]])
+    blocks = make_draft_cuts(target, fake_states(target), 3, 2, bos=BOS, pad=PAD)
+    assert blocks.positions.tolist() == [0, 0]
+    assert blocks.last_tokens.tolist() == [BOS, BOS]
+    assert blocks.target.tolist() == [[EOS, PAD, PAD]] * 2
 
 
 def test_scripted_cut_from_seeded_uniform():
     # Lengths [4, 2]; the cut is floor(u * len) with u from the generator.
     target = torch.tensor([[7, 8, 9, EOS], [5, EOS, PAD, PAD]])
-    u = torch.rand(2, generator=torch.Generator().manual_seed(5))
-    c0, c1 = int(u[0] * 4), int(u[1] * 2)
-    block = make_draft_block(target, 2, bos=BOS, pad=PAD,
+    u = torch.rand((2, 1), generator=torch.Generator().manual_seed(5))
+    c0, c1 = int(u[0, 0] * 4), int(u[1, 0] * 2)
+    blocks = make_draft_cuts(target, fake_states(target), 2, 1, bos=BOS, pad=PAD,
                              generator=torch.Generator().manual_seed(5))
-    assert cuts_of(block.prefix) == [c0, c1]
-    assert block.target[0].tolist() == ([7, 8, 9, EOS] + [PAD, PAD])[c0 : c0 + 2]
-    assert block.target[1].tolist() == ([5, EOS] + [PAD, PAD])[c1 : c1 + 2]
+    assert blocks.positions.tolist() == [c0, c1]
+    assert blocks.target[0].tolist() == ([7, 8, 9, EOS] + [PAD, PAD])[c0: c0 + 2]
+    assert blocks.target[1].tolist() == ([5, EOS] + [PAD, PAD])[c1: c1 + 2]
 
 
-@pytest.mark.parametrize("k", [2, 5])
-def test_seeded_generator_is_reproducible(k):
-    target = targets(32, seed=3)
-    a = make_draft_block(target, k, bos=BOS, pad=PAD, generator=torch.Generator().manual_seed(7))
-    b = make_draft_block(target, k, bos=BOS, pad=PAD, generator=torch.Generator().manual_seed(7))
-    assert torch.equal(a.prefix, b.prefix) and torch.equal(a.target, b.target)
-    c = make_draft_block(target, k, bos=BOS, pad=PAD, generator=torch.Generator().manual_seed(8))
-    assert cuts_of(a.prefix) != cuts_of(c.prefix)  # 32 rows: a different seed differs
+def test_seeded_generator_is_reproducible():
+    lengths = targets(32, seed=3).ne(PAD).sum(1)
+    a = sample_cuts(lengths, 4, torch.Generator().manual_seed(7))
+    b = sample_cuts(lengths, 4, torch.Generator().manual_seed(7))
+    c = sample_cuts(lengths, 4, torch.Generator().manual_seed(8))
+    assert torch.equal(a, b) and not torch.equal(a, c)
 
 
 def test_cuts_cover_every_position():
     # Over many draws every cut 0..len-1 of a length-5 target occurs.
-    target = torch.tensor([[4, 5, 6, 7, EOS]]).repeat(400, 1)
-    block = make_draft_block(target, 2, bos=BOS, pad=PAD,
-                             generator=torch.Generator().manual_seed(0))
-    assert sorted(set(cuts_of(block.prefix))) == [0, 1, 2, 3, 4]
+    cuts = sample_cuts(torch.tensor([5]), 400, torch.Generator().manual_seed(0))
+    assert sorted(set(cuts.view(-1).tolist())) == [0, 1, 2, 3, 4]
 
 
 def test_input_not_modified():
     target = targets(5)
-    before = target.clone()
-    make_draft_block(target, 4, bos=BOS, pad=PAD, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(target, before)
+    states = fake_states(target)
+    before = (target.clone(), states.clone())
+    make_draft_cuts(target, states, 4, 2, bos=BOS, pad=PAD,
+                    generator=torch.Generator().manual_seed(0))
+    assert torch.equal(target, before[0]) and torch.equal(states, before[1])

@@ -1,0 +1,81 @@
+"""The verifier's self-attention cache, pre-allocated per batch (cf. HF's StaticCache).
+
+Slot t of a row holds the keys and values of the decoder input at position t
+(BOS is position 0), so writing a pass's N new inputs means writing slots
+``start[b] .. start[b]+N-1`` and rolling back rejected drafts means nothing at
+all: a row's valid length is its committed length, kept by the loop, and slots
+past it are masked out and overwritten by the next pass. Committed entries are
+never moved or copied; finished rows leave with one gather over the used width.
+
+Shapes: L layers, B rows, H heads, T slots, D head dim, N new positions.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+
+class StaticKVCache:
+    """Keys and values of every layer, (L, B, H, T, D) each.
+
+    Args:
+        layers, batch, heads, slots, head_dim: the shape.
+        like: a tensor whose dtype and device the cache takes.
+    """
+
+    def __init__(self, layers: int, batch: int, heads: int, slots: int, head_dim: int,
+                 like: Tensor):
+        shape = (layers, batch, heads, slots, head_dim)
+        # Zeros, not empty: masked slots still enter the attention arithmetic
+        # (weight 0 times a stale value), and uninitialised memory may hold NaN.
+        self.key = like.new_zeros(shape)
+        self.value = like.new_zeros(shape)
+        self.width = 0  # slots written so far by the longest row (a host int)
+        self._rows = torch.arange(batch, device=like.device).unsqueeze(1)  # (B, 1)
+        self._pass_width = 0  # T' of the current pass
+        self._slots: Tensor = self._rows  # (B, N) slot of each new position
+
+    @property
+    def slots(self) -> int:
+        return self.key.size(3)
+
+    def begin_pass(self, start: Tensor, new: int, start_max: int) -> Tensor:
+        """Prepares a pass that writes ``new`` inputs per row from slot ``start[b]``.
+
+        Args:
+            start: (B,) first slot to write per row (its committed inputs so far).
+            new: N.
+            start_max: ``max(start)`` as a host int (the loop knows it without a sync).
+
+        Returns:
+            (B, 1, N, T') bool attention mask, T' = start_max + N: new input j of
+            row b sees slots ``<= start[b] + j``.
+        """
+        offsets = torch.arange(new, device=start.device)
+        self._slots = start.unsqueeze(1) + offsets  # (B, N)
+        self._pass_width = start_max + new
+        self.width = max(self.width, self._pass_width)
+        key_slot = torch.arange(self._pass_width, device=start.device)
+        return (key_slot <= self._slots.unsqueeze(2)).unsqueeze(1)  # (B, 1, N, T')
+
+    def store(self, layer: int, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor]:
+        """Writes one layer's new (B, H, N, D) keys/values; returns its (B, H, T', D) view."""
+        rows = self._rows[: key.size(0)]
+        # Advanced indices (B, N) around a slice put (B, N) first: (B, N, H, D).
+        self.key[layer][rows, :, self._slots] = key.transpose(1, 2)
+        self.value[layer][rows, :, self._slots] = value.transpose(1, 2)
+        used = self._pass_width
+        return self.key[layer, :, :, :used], self.value[layer, :, :, :used]
+
+    def keep_rows(self, rows: Tensor) -> None:
+        """Keeps only ``rows`` (B',), in that order; copies only the used width."""
+        used = self.width
+        for name in ("key", "value"):
+            old = getattr(self, name)
+            new = old.new_zeros((old.size(0), rows.numel(), *old.shape[2:]))
+            new[:, :, :, :used] = old[:, :, :, :used].index_select(1, rows)
+            setattr(self, name, new)
+        self._rows = self._rows[: rows.numel()]

@@ -1,0 +1,79 @@
+"""The draft head as a lean pass: K+1 positions, bidirectional, no cache.
+
+Same weights and arithmetic as :meth:`nmt_specdec.draft_head.DraftHead.forward`
+(tested equal), with the encoder keys/values of its layers computed once per
+batch and only an argmax over the draft vocabulary at the K slots.
+
+Shapes: B rows, K draft slots, C model dim, V draft vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from nmt_specdec.decoding.layers import (
+    CrossKV,
+    SelfAttention,
+    cross_kv,
+    keep_cross_rows,
+    layer_pass,
+    layer_weights,
+)
+from nmt_specdec.decoding.verifier_pass import EncoderOut, encoder_memory
+from nmt_specdec.draft_head import DraftHead
+
+
+def _no_cache(layer: int, key: Tensor, value: Tensor):
+    return key, value
+
+
+class LeanDraftHead:
+    """Proposes K drafts per row from the verifier's last state.
+
+    Args:
+        head: the model's :class:`DraftHead` (eval mode).
+        pad: padding id, never proposed.
+    """
+
+    def __init__(self, head: DraftHead, pad: int):
+        self.head = head
+        self.layers = [layer_weights(layer) for layer in head.layers]
+        self.output_t = head.output_weight().detach().t().contiguous()  # (C, V)
+        norm = head.layer_norm
+        self.final_norm = None if norm is None else (norm.weight.detach(), norm.bias.detach(),
+                                                     norm.eps)
+        self.pad = pad
+        self.cross: List[CrossKV] = []
+
+    def start_batch(self, encoder_out: EncoderOut) -> None:
+        states, padding = encoder_memory(encoder_out)
+        self.cross = [cross_kv(w, states, padding) for w in self.layers]
+
+    def keep_rows(self, rows: Tensor) -> None:
+        self.cross = [keep_cross_rows(kv, rows) for kv in self.cross]
+
+    def start_states(self, batch: int) -> Tensor:
+        """(B, C) stand-in for the verifier state before the first token."""
+        return self.head.start_state.detach().expand(batch, -1)
+
+    @torch.no_grad()
+    def propose(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
+                num_slots: int) -> Tensor:
+        """(B, K) greedy drafts (see :meth:`DraftHead.block_inputs` for the inputs)."""
+        x = self.head.block_inputs(states, last_tokens, positions, num_slots)
+        attention = SelfAttention(_no_cache, None)
+        for index, weights in enumerate(self.layers):
+            x = layer_pass(weights, index, x, attention, self.cross[index])
+        if self.final_norm is not None:
+            x = F.layer_norm(x, x.shape[-1:], *self.final_norm)
+        slots = x[:, 1:]  # (B, K, C)
+        logits = torch.mm(slots.reshape(-1, slots.size(-1)), self.output_t).view(
+            *slots.shape[:-1], -1)  # (B, K, V)
+        if self.pad < logits.size(-1):
+            # The verifier never emits pad; a pad draft would only waste a slot.
+            logits[:, :, self.pad] = float("-inf")
+        return logits.argmax(dim=-1)

@@ -1,0 +1,211 @@
+"""A fairseq decoder layer as plain tensors, and one pass of it over new positions.
+
+fairseq's ``TransformerDecoderLayerBase`` runs its attention through
+``MultiheadAttention`` with per-call dictionaries of incremental state, which
+costs more than the arithmetic at the sizes we decode with on a CPU. Here the
+same weights are read once (q/k/v fused into one matrix) and a pass is a short,
+fixed sequence of tensor ops, batch first. The result equals the fairseq layer
+up to float rounding (tested against it).
+
+Shapes: B batch, N new positions, T attended keys, S source, H heads, D head
+dim, C model dim.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_specdec.errors import UserError
+
+Norm = Tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's parameters, each linear as (bias, transposed weight).
+
+    The transposed (C_in, C_out) copies exist because MKL multiplies the skinny
+    matrices of decoding (a few rows) about twice as fast in that layout.
+
+    Attributes:
+        heads: H.
+        normalize_before: pre-norm (True) or fairseq's default post-norm.
+        activation: the feed-forward activation.
+        self_qkv: (3C,) bias and (C, 3C) weight of the fused self-attention q/k/v.
+        self_out: self-attention output projection (weight, bias).
+        self_norm: self-attention LayerNorm.
+        cross_q: encoder-attention query projection.
+        cross_kv: the fused encoder-attention k/v, (2C,) and (C, 2C).
+        cross_out: encoder-attention output projection.
+        cross_norm: encoder-attention LayerNorm.
+        fc1, fc2: feed-forward projections.
+        final_norm: feed-forward LayerNorm.
+    """
+
+    heads: int
+    normalize_before: bool
+    activation: Callable[[Tensor], Tensor]
+    self_qkv: Tuple[Tensor, Tensor]
+    self_out: Tuple[Tensor, Tensor]
+    self_norm: Norm
+    cross_q: Tuple[Tensor, Tensor]
+    cross_kv: Tuple[Tensor, Tensor]
+    cross_out: Tuple[Tensor, Tensor]
+    cross_norm: Norm
+    fc1: Tuple[Tensor, Tensor]
+    fc2: Tuple[Tensor, Tensor]
+    final_norm: Norm
+
+
+def _linear(module: nn.Linear) -> Tuple[Tensor, Tensor]:
+    return module.bias.detach(), module.weight.detach().t().contiguous()
+
+
+def _norm(module: nn.Module) -> Norm:
+    return module.weight.detach(), module.bias.detach(), module.eps
+
+
+def _fused(*modules: nn.Linear) -> Tuple[Tensor, Tensor]:
+    weight = torch.cat([m.weight.detach() for m in modules], dim=0)
+    bias = torch.cat([m.bias.detach() for m in modules], dim=0)
+    return bias, weight.t().contiguous()
+
+
+def affine(x: Tensor, bias_weight: Tuple[Tensor, Tensor]) -> Tensor:
+    """``x @ W^T + b`` for (..., C_in) ``x`` and a (bias, W^T) pair: one addmm."""
+    bias, weight_t = bias_weight
+    return torch.addmm(bias, x.reshape(-1, x.size(-1)), weight_t).view(*x.shape[:-1], -1)
+
+
+def layer_weights(layer: nn.Module) -> LayerWeights:
+    """Reads a fairseq ``TransformerDecoderLayerBase`` (with encoder attention).
+
+    Raises:
+        UserError: for layer options the lean pass does not implement
+            (NormFormer extras, cross-self-attention, no encoder attention).
+    """
+    unsupported = [name for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
+                   if getattr(layer, name, None) is not None]
+    if unsupported or getattr(layer, "cross_self_attention", False):
+        raise UserError(f"the SpecDec engine does not support decoder options {unsupported} "
+                        "(NormFormer / cross-self-attention); decode with stock fairseq")
+    if layer.encoder_attn is None:
+        raise UserError("the SpecDec engine needs encoder-decoder attention in every layer")
+    attn, cross = layer.self_attn, layer.encoder_attn
+    return LayerWeights(
+        heads=attn.num_heads,
+        normalize_before=layer.normalize_before,
+        activation=layer.activation_fn,
+        self_qkv=_fused(attn.q_proj, attn.k_proj, attn.v_proj),
+        self_out=_linear(attn.out_proj),
+        self_norm=_norm(layer.self_attn_layer_norm),
+        cross_q=_linear(cross.q_proj),
+        cross_kv=_fused(cross.k_proj, cross.v_proj),
+        cross_out=_linear(cross.out_proj),
+        cross_norm=_norm(layer.encoder_attn_layer_norm),
+        fc1=_linear(layer.fc1),
+        fc2=_linear(layer.fc2),
+        final_norm=_norm(layer.final_layer_norm),
+    )
+
+
+def weights_key(module: nn.Module) -> tuple:
+    """Changes whenever any parameter of ``module`` is replaced or updated in place,
+    so lean copies of its weights can be cached and rebuilt only when stale."""
+    return tuple((p.data_ptr(), p._version, p.device) for p in module.parameters())
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, N, C) -> (B, H, N, D)."""
+    batch, length, dim = x.shape
+    return x.view(batch, length, heads, dim // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, H, N, D) -> (B, N, C)."""
+    batch, heads, length, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * head_dim)
+
+
+class CrossKV(NamedTuple):
+    """Encoder-attention keys and values of one layer, computed once per batch.
+
+    Attributes:
+        key, value: (B, H, S, D).
+        mask: (B, 1, 1, S) bool, True where the source position may be attended.
+    """
+
+    key: Tensor
+    value: Tensor
+    mask: Tensor
+
+
+def cross_kv(weights: LayerWeights, encoder_out: Tensor, padding: Optional[Tensor]) -> CrossKV:
+    """Projects the encoder output for one layer's encoder attention.
+
+    Args:
+        encoder_out: (S, B, C) as fairseq's encoder returns it.
+        padding: (B, S) bool, True at padding (or None).
+    """
+    memory = encoder_out.transpose(0, 1)  # (B, S, C)
+    key, value = affine(memory, weights.cross_kv).chunk(2, dim=-1)
+    if padding is None:
+        padding = memory.new_zeros(memory.shape[:2], dtype=torch.bool)
+    mask = (~padding)[:, None, None, :]  # (B, 1, 1, S)
+    return CrossKV(split_heads(key, weights.heads), split_heads(value, weights.heads), mask)
+
+
+def keep_cross_rows(kv: CrossKV, rows: Tensor) -> CrossKV:
+    return CrossKV(*(t.index_select(0, rows) for t in kv))
+
+
+def _norm_if(flag: bool, x: Tensor, norm: Norm) -> Tensor:
+    return F.layer_norm(x, x.shape[-1:], norm[0], norm[1], norm[2]) if flag else x
+
+
+class SelfAttention(NamedTuple):
+    """Where a layer's self-attention reads and writes keys and values.
+
+    ``store(layer, key, value)`` writes the new (B, H, N, D) keys and values and
+    returns the (B, H, T, D) keys and values to attend to; ``mask`` is (B, 1, N, T)
+    bool or None (attend to everything).
+    """
+
+    store: Callable[[int, Tensor, Tensor], Tuple[Tensor, Tensor]]
+    mask: Optional[Tensor]
+
+
+def layer_pass(weights: LayerWeights, index: int, x: Tensor, self_attn: SelfAttention,
+               cross: CrossKV) -> Tensor:
+    """One decoder layer over N new positions, as fairseq's layer in eval mode.
+
+    Args:
+        weights: the layer's weights.
+        index: the layer's index (for ``self_attn.store``).
+        x: (B, N, C) input states.
+        self_attn: cache access and mask for self-attention.
+        cross: the layer's encoder keys and values.
+
+    Returns:
+        (B, N, C) output states.
+    """
+    pre = weights.normalize_before
+    heads = weights.heads
+    h = _norm_if(pre, x, weights.self_norm)
+    q, k, v = affine(h, weights.self_qkv).chunk(3, dim=-1)  # 3 x (B, N, C)
+    keys, values = self_attn.store(index, split_heads(k, heads), split_heads(v, heads))
+    a = F.scaled_dot_product_attention(split_heads(q, heads), keys, values,
+                                       attn_mask=self_attn.mask)  # (B, H, N, D)
+    x = _norm_if(not pre, x + affine(merge_heads(a), weights.self_out), weights.self_norm)
+
+    h = _norm_if(pre, x, weights.cross_norm)
+    q = split_heads(affine(h, weights.cross_q), heads)
+    a = F.scaled_dot_product_attention(q, cross.key, cross.value, attn_mask=cross.mask)
+    x = _norm_if(not pre, x + affine(merge_heads(a), weights.cross_out), weights.cross_norm)
+
+    h = _norm_if(pre, x, weights.final_norm)
+    h = affine(weights.activation(affine(h, weights.fc1)), weights.fc2)
+    return _norm_if(not pre, x + h, weights.final_norm)

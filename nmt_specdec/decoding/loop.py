@@ -1,0 +1,245 @@
+"""The Spec-Verify loop (Xia et al., 2023, Alg. 1) on the lean engine.
+
+Per batch: encode once (fairseq's encoder), pre-allocate the cache and the
+token buffers, then repeat
+
+1. draft K tokens per row (the drafter reads the verifier's last state);
+2. verify the last committed token + K drafts in one cached pass;
+3. accept (top-beta and tau on logits) and commit the accepted run + correction;
+4. bookkeep: write committed tokens in place, move lengths (rejected drafts
+   roll back for free, see :mod:`.cache`), drop finished rows;
+
+until every row has emitted EOS. K=0 is plain greedy decoding. Each iteration
+synchronises with the host once (one small tensor read back).
+
+Shapes: B active rows, K draft slots, T buffer width, C model dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_specdec.acceptance import accept_drafts, commit_tokens
+from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
+from nmt_specdec.decoding.layers import weights_key
+from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+from nmt_specdec.decoding.scoring import (
+    Constraints,
+    constrain_logits_,
+    normaliser,
+    positional_scores,
+)
+from nmt_specdec.decoding.verifier_pass import LeanVerifier
+from nmt_specdec.drafters import DraftHeadDrafter, Drafter, DraftRequest
+from nmt_specdec.errors import UserError
+from nmt_specdec.stats import SpecDecStats
+
+
+class Rows(NamedTuple):
+    """The active rows. Buffers are (B, T+1): column T is a write-off slot.
+
+    Attributes:
+        index: (B,) row in the input batch.
+        tokens: (B, T+1) committed tokens (BOS first), ``pad`` beyond ``lengths``.
+        scores: (B, T+1) log-probability of each committed token (0 for BOS).
+        lengths: (B,) committed tokens, BOS included.
+        max_len: (B,) output step at which EOS is forced.
+        states: (B, C) verifier state that predicted the last committed token.
+        iterations: (B,) verifier passes so far.
+    """
+
+    index: Tensor
+    tokens: Tensor
+    scores: Tensor
+    lengths: Tensor
+    max_len: Tensor
+    states: Tensor
+    iterations: Tensor
+
+
+def write_committed_(rows: Rows, tokens: Tensor, scores: Tensor, counts: Tensor) -> None:
+    """Writes ``tokens[b, :counts[b]]`` (and scores) after each row's committed ones."""
+    slot = torch.arange(tokens.size(1), device=tokens.device).unsqueeze(0)  # (1, K+1)
+    write_off = rows.tokens.size(1) - 1
+    target = (rows.lengths.unsqueeze(1) + slot).masked_fill(slot >= counts.unsqueeze(1),
+                                                             write_off)  # (B, K+1)
+    rows.tokens.scatter_(1, target, tokens)
+    rows.scores.scatter_(1, target, scores)
+
+
+class SpecDecGenerator(nn.Module):
+    """Draft-and-verify translation with one fairseq model (K=0: greedy).
+
+    Args:
+        model: a fairseq encoder-decoder; a ``draft_head`` is needed when K > 0
+            and no ``drafter`` is given.
+        tgt_dict: target dictionary (special ids come from here).
+        options: k, beta, tau.
+        lengths: fairseq length rules.
+        drafter: what proposes drafts (default: the model's draft head).
+    """
+
+    def __init__(self, model: nn.Module, tgt_dict, options: SpecDecOptions,
+                 lengths: LengthRules, drafter: Optional[Drafter] = None):
+        super().__init__()
+        self.model = model
+        self.options = options
+        self.lengths = lengths
+        self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
+        self.rules = Constraints(self.pad, self.eos, self.unk, lengths.min_len,
+                                 lengths.unk_penalty)
+        if drafter is None and options.k > 0:
+            if not hasattr(model, "draft_head"):
+                raise UserError("--spec-k > 0 needs a model with a draft head")
+            drafter = DraftHeadDrafter(model.draft_head, self.pad)
+        self.drafter = drafter or Drafter()
+        self.k_policy: KPolicy = make_k_policy(options)
+        self.stats = SpecDecStats()
+        self.symbols_to_strip_from_output = {self.eos}
+        self._verifier: Optional[LeanVerifier] = None
+        self._verifier_key: tuple = ()
+
+    def lean_verifier(self) -> LeanVerifier:
+        """The verifier's lean weights, re-read only when the model's have changed."""
+        key = weights_key(self.model.decoder)
+        if self._verifier is None or key != self._verifier_key:
+            self._verifier, self._verifier_key = LeanVerifier(self.model.decoder), key
+        return self._verifier
+
+    @classmethod
+    def from_generation_args(cls, model, tgt_dict, options: SpecDecOptions, args,
+                             drafter: Optional[Drafter] = None) -> "SpecDecGenerator":
+        """Builds the generator from fairseq's GenerationConfig (``--max-len-a`` etc.)."""
+        rules = LengthRules.from_generation_args(args, model, per_sentence=options.deterministic)
+        return cls(model, tgt_dict, options, rules, drafter)
+
+    @torch.no_grad()
+    def generate(self, models, sample: dict, prefix_tokens=None, constraints=None,
+                 bos_token: Optional[int] = None, **unused) -> List[List[Dict]]:
+        """fairseq's generator entry point: one n-best list (of one) per sentence."""
+        if prefix_tokens is not None or constraints is not None:
+            raise UserError("--spec-decoding does not support --prefix-size or constraints")
+        self.model.eval()
+        net_input = sample["net_input"]
+        encoder_out = self.model.encoder.forward_torchscript(net_input)
+        max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad)
+        self.drafter.start_batch(sample, encoder_out)
+        bos = self.eos if bos_token is None else bos_token
+        finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos)
+        return [[self._fairseq_hypothesis(*item)] for item in finished]
+
+    def decode(self, verifier: LeanVerifier, encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
+        """Runs the loop; returns (tokens, scores, iterations) per input row."""
+        batch, k_max = max_len.numel(), self.options.k
+        width = int(max_len.max()) + k_max + 2  # committed tokens never pass max_len + 1
+        cross = verifier.cross_states(encoder_out)
+        cache = self._cache = verifier.new_cache(batch, width)  # kept for inspection
+        rows = self._start_rows(max_len, bos, width, verifier.embed)
+        finished: List[Optional[tuple]] = [None] * batch
+        longest, room = 1, int(max_len.max())  # host copies: max(lengths), max(max_len - steps)
+        # Rows: drafted per slot, accepted per slot, [iterations, committed tokens].
+        tally = torch.zeros(3, k_max + 2, dtype=torch.long, device=max_len.device)
+        while rows.index.numel() > 0:
+            k = self.k_policy.choose(min(k_max, room), rows.index.numel())
+            rows, commit, num_accepted = self._iteration(verifier, rows, cache, cross, k,
+                                                         longest)
+            self._tally(tally, num_accepted, commit.counts, k)
+            self.k_policy.observe(num_accepted, k)
+            done = commit.finished
+            # The one host synchronisation of the iteration.
+            steps = rows.lengths - 1
+            head = torch.stack([rows.lengths.max(), (rows.max_len - steps).masked_fill(
+                done, -1).max()])
+            flags = torch.cat([head, done.long()]).tolist()
+            longest, room = flags[0], flags[1]
+            if any(flags[2:]):
+                keep = self._collect(rows, done, finished)
+                rows = Rows(*(field.index_select(0, keep) for field in rows))
+                cache.keep_rows(keep)
+                cross = verifier.keep_rows(cross, keep)
+                self.drafter.keep_rows(keep)
+        drafted, accepted, totals = tally.tolist()
+        self.stats.add_tally(drafted[:k_max], accepted[:k_max], totals[0], totals[1])
+        return finished
+
+    def _start_rows(self, max_len: Tensor, bos: int, width: int, like: Tensor) -> Rows:
+        batch = max_len.numel()
+        tokens = max_len.new_full((batch, width + 1), self.pad)
+        tokens[:, 0] = bos
+        return Rows(
+            index=torch.arange(batch, device=max_len.device),
+            tokens=tokens,
+            scores=like.new_zeros(batch, width + 1),
+            lengths=max_len.new_ones(batch),
+            max_len=max_len,
+            states=self.drafter.start_states(batch, like),
+            iterations=max_len.new_zeros(batch),
+        )
+
+    def _iteration(self, verifier: LeanVerifier, rows: Rows, cache, cross, k: int,
+                   longest: int):
+        steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
+        last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
+        # 1. draft
+        if k > 0:
+            request = DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
+            drafts = self.drafter.propose(request)  # (B, K)
+        else:
+            drafts = last.new_zeros(last.size(0), 0)
+        # 2. verify
+        hidden = verifier.forward(torch.cat([last, drafts], 1), steps, longest - 1, cache,
+                                  cross)  # (B, K+1, C)
+        logits = verifier.logits(hidden)  # (B, K+1, V)
+        lse = normaliser(logits)  # before the constraints, as fairseq normalises
+        predicted_step = steps.unsqueeze(1) + torch.arange(k + 1, device=steps.device)
+        constrain_logits_(logits, predicted_step, rows.max_len, self.rules)
+        # 3. accept and commit
+        acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
+        commit = commit_tokens(drafts, acceptance, self.eos, self.pad)
+        scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
+        # 4. bookkeep: the next draft reads the state that predicted the correction
+        write_committed_(rows, commit.tokens, scores, commit.counts)
+        index = acceptance.num_accepted.view(-1, 1, 1).expand(-1, 1, hidden.size(2))
+        rows = rows._replace(
+            lengths=rows.lengths + commit.counts,
+            states=hidden.gather(1, index).squeeze(1),
+            iterations=rows.iterations + 1,
+        )
+        return rows, commit, acceptance.num_accepted
+
+    @staticmethod
+    def _tally(tally: Tensor, num_accepted: Tensor, counts: Tensor, k: int) -> None:
+        """Device-side statistics (read once per batch): no sync per iteration."""
+        slots = torch.arange(k, device=tally.device)
+        tally[0, :k] += num_accepted.numel()
+        tally[1, :k] += (num_accepted.unsqueeze(1) > slots).sum(0)
+        tally[2, 0] += num_accepted.numel()
+        tally[2, 1] += counts.sum()
+
+    def _collect(self, rows: Rows, done: Tensor, finished: List[Optional[tuple]]) -> Tensor:
+        """Stores finished rows at their input position; returns the survivors' indices."""
+        done_rows = done.nonzero().squeeze(1).tolist()
+        self.stats.sentences += len(done_rows)
+        for i in done_rows:
+            end = int(rows.lengths[i])
+            finished[int(rows.index[i])] = (
+                rows.tokens[i, 1:end].clone(), rows.scores[i, 1:end].clone(),
+                int(rows.iterations[i]),
+            )
+        return (~done).nonzero().squeeze(1)
+
+    def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
+        """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""
+        score = scores.sum() / (tokens.numel() ** self.lengths.len_penalty)
+        return {
+            "tokens": tokens,
+            "score": score,
+            "attention": None,
+            "alignment": None,
+            "positional_scores": scores,
+            "iterations": iterations,
+        }

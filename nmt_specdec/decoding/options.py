@@ -1,0 +1,72 @@
+"""Decoding options and fairseq's length rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nmt_specdec.errors import UserError
+
+
+@dataclass(frozen=True)
+class SpecDecOptions:
+    """Decoding options (Xia et al.'s k, beta, tau).
+
+    Attributes:
+        k: draft block size K; 0 is plain greedy decoding with the same engine.
+        beta: top-beta acceptance width; 1 = lossless greedy.
+        tau: log-probability margin to the verifier's top-1.
+        deterministic: batch-invariant output (see :mod:`nmt_specdec.determinism`).
+        auto_k: choose K per iteration (up to ``k``) from acceptance and pass costs.
+    """
+
+    k: int
+    beta: int = 1
+    tau: float = 0.0
+    deterministic: bool = False
+    auto_k: bool = False
+
+    def __post_init__(self):
+        if self.k < 0:
+            raise UserError(f"--spec-k must be >= 0, got {self.k}")
+        if self.beta < 1:
+            raise UserError(f"--spec-beta must be >= 1, got {self.beta}")
+        if not self.tau >= 0:
+            raise UserError(f"--spec-tau must be >= 0, got {self.tau}")
+
+
+@dataclass(frozen=True)
+class LengthRules:
+    """fairseq's length rules: max_len = min(int(a * src_len + b), max_positions - 1).
+
+    fairseq measures ``src_len`` as the padded width of the whole batch; with
+    ``per_sentence`` each sentence uses its own length instead (batch-invariant).
+    """
+
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    max_positions: int = 1024
+    min_len: int = 1
+    unk_penalty: float = 0.0
+    len_penalty: float = 1.0
+    per_sentence: bool = False
+
+    @classmethod
+    def from_generation_args(cls, args, model, per_sentence: bool = False) -> "LengthRules":
+        """Reads fairseq's GenerationConfig (``--max-len-a``, ``--min-len``, ...)."""
+        return cls(
+            max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+            max_positions=model.max_decoder_positions(),
+            min_len=args.min_len, unk_penalty=args.unkpen, len_penalty=args.lenpen,
+            per_sentence=per_sentence,
+        )
+
+    def max_lengths(self, src_tokens: Tensor, pad: int) -> Tensor:
+        """(B,) step at which each sentence is forced to emit EOS."""
+        own = src_tokens.ne(pad).long().sum(dim=1)
+        widths = own.tolist() if self.per_sentence else [src_tokens.size(1)] * len(own)
+        limits = [min(int(self.max_len_a * w + self.max_len_b), self.max_positions - 1)
+                  for w in widths]
+        return torch.tensor(limits, dtype=torch.long, device=src_tokens.device)

@@ -1,0 +1,72 @@
+"""Verifier scores from logits, without a full ``log_softmax``.
+
+Acceptance (Xia et al., Eq. 4) compares a draft with the verifier's top-beta and
+its margin to the top-1; both are invariant to the per-position normaliser, so
+they run on raw logits. Log-probabilities are needed only for the committed
+tokens (fairseq's positional scores): logit minus ``logsumexp`` of the row.
+
+fairseq's ``SequenceGenerator`` constrains log-probabilities after the softmax
+(pad forbidden, unk penalised, EOS forbidden before ``min_len`` and forced at
+``max_len``); these column edits commute with subtracting the normaliser, so
+applying them to logits gives the same argmax, top-beta and scores.
+
+Shapes: B rows, N positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class Constraints(NamedTuple):
+    """fairseq's per-step constraints (ids from the target dictionary)."""
+
+    pad: int
+    eos: int
+    unk: int
+    min_len: int = 1
+    unk_penalty: float = 0.0
+
+
+def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints) -> Tensor:
+    """Applies the constraints in place (columns, and whole rows only at max_len).
+
+    Args:
+        logits: (B, N, V) raw verifier logits.
+        steps: (B, N) output step (0-based, BOS excluded) each position predicts.
+        max_len: (B,) step at which EOS is forced.
+        rules: the constraints.
+
+    Returns:
+        ``logits``, modified.
+    """
+    logits[:, :, rules.pad] = -math.inf
+    if rules.unk_penalty:
+        logits[:, :, rules.unk] -= rules.unk_penalty
+    eos = logits[:, :, rules.eos].clone()  # (B, N)
+    eos = eos.masked_fill(steps < rules.min_len, -math.inf)
+    at_max = steps >= max_len.unsqueeze(1)  # (B, N)
+    logits.masked_fill_(at_max.unsqueeze(2), -math.inf)
+    logits[:, :, rules.eos] = eos
+    return logits
+
+
+def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:
+    """Log-probabilities of ``tokens`` (B, N) under constrained ``logits``.
+
+    Args:
+        logits: (B, N, V) constrained logits.
+        normaliser: (B, N) ``logsumexp`` of the raw logits (fairseq normalises
+            before constraining).
+        tokens: (B, N) token ids.
+    """
+    return logits.gather(2, tokens.unsqueeze(2)).squeeze(2) - normaliser
+
+
+def normaliser(logits: Tensor) -> Tensor:
+    """(B, N) ``logsumexp`` over the vocabulary, in float32."""
+    return torch.logsumexp(logits.float(), dim=-1)
