@@ -80,14 +80,22 @@ def licence_of(copyright_text: str | None) -> str:
         first = first or match.group(1).strip()
     if first:
         return first
-    for pattern, name in (("Lesser General Public|Library General Public", "LGPL"),
-                          ("General Public License", "GPL"),
-                          ("Mozilla Public License", "MPL"),
-                          ("Apache License", "Apache"),
-                          ("Permission is hereby granted", "MIT/X11")):
-        if re.search(pattern, copyright_text):
-            return f"{name} (free-form copyright file)"
+    # Free-form: the licence named first is the main one; later names are
+    # usually exceptions for bundled files.
+    found = [(m.start(), name) for pattern, name in _FREE_FORM
+             for m in [re.search(pattern, copyright_text)] if m]
+    if found:
+        return f"{min(found)[1]} (free-form copyright file)"
     return "unknown (free-form copyright file)"
+
+
+_FREE_FORM = (
+    (r"(?<!Lesser )(?<!Library )General Public License|\bGPL", "GPL"),
+    (r"Lesser General Public|Library General Public|\bLGPL", "LGPL"),
+    (r"Mozilla Public License", "MPL"),
+    (r"Apache License", "Apache"),
+    (r"Permission is hereby granted", "MIT/X11"),
+)
 
 
 def _control(deb: Path) -> dict[str, str]:
@@ -114,12 +122,19 @@ def _run(cmd: list[str], what: Path | str, **kwargs) -> subprocess.CompletedProc
 
 
 def _scan_tar(stream, copyright_path: str) -> tuple[dict[str, bytes], str | None]:
-    """German ``.mo`` files and the copyright text from a streamed tar."""
+    """German ``.mo`` files and the copyright text from a streamed tar.
+
+    A package whose ``usr/share/doc/<name>`` is a link to another package's
+    directory has no copyright file of its own; the text then says where it is.
+    """
     mo_files: dict[str, bytes] = {}
     copyright_text = None
+    doc_dir = copyright_path.rsplit("/", 1)[0]
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             path = member.name.removeprefix("./")
+            if path == doc_dir and member.issym() and copyright_text is None:
+                copyright_text = f"License: see package {member.linkname}"
             wanted = GERMAN_MO.search(path) or path == copyright_path
             handle = tar.extractfile(member) if wanted and member.isfile() else None
             if handle is None:  # links: a -data package often links its doc dir

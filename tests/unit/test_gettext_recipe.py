@@ -104,6 +104,8 @@ def test_split_by_package_has_no_overlap() -> None:
     ("Files: src/*\nLicense: MIT\n", "MIT"),
     ("This package is under the GNU General Public License.\n",
      "GPL (free-form copyright file)"),
+    ("Under the GNU General Public License; icons under the GNU Lesser General "
+     "Public License.", "GPL (free-form copyright file)"),  # first named wins
     (None, "unknown (no copyright file in the package)"),
 ])
 def test_licence_of(text: str | None, expected: str) -> None:
@@ -162,6 +164,17 @@ def test_collect_and_split_from_mo_dirs(tmp_path: Path) -> None:
     assert "| prog0 | unknown |" in card and "prog0 (" in card
 
 
+def _build_deb(root: Path, name: str, out_dir: Path) -> None:
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: 1.2-3\nArchitecture: all\n"
+        "Maintainer: Test <test@example.org>\nDescription: test package\n")
+    out_dir.mkdir(exist_ok=True)
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root),
+                    str(out_dir / f"{name}_1.2-3_all.deb")],
+                   check=True, capture_output=True)
+
+
 def test_read_deb_built_with_dpkg_deb(tmp_path: Path) -> None:
     if shutil.which("dpkg-deb") is None:
         pytest.skip("dpkg-deb is not installed")
@@ -174,21 +187,23 @@ def test_read_deb_built_with_dpkg_deb(tmp_path: Path) -> None:
     doc = root / "usr/share/doc/paint-data"
     doc.mkdir(parents=True)
     (doc / "copyright").write_text("Files: *\nLicense: GPL-2+\n")
-    (root / "DEBIAN").mkdir()
-    (root / "DEBIAN/control").write_text(
-        "Package: paint-data\nVersion: 1.2-3\nArchitecture: all\n"
-        "Maintainer: Test <test@example.org>\nDescription: test package\n")
-    deb = tmp_path / "debs" / "paint-data_1.2-3_all.deb"
-    deb.parent.mkdir()
-    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)],
-                   check=True, capture_output=True)
-    names = gettext_sources.collect_from_dir(deb.parent, tmp_path / "cat")
+    _build_deb(root, "paint-data", tmp_path / "debs")
+    # A sibling package whose doc directory links to paint-data's.
+    other = tmp_path / "other"
+    write_mo(other / "usr/share/locale/de/LC_MESSAGES/brush.mo", [("Wet", "Nass")])
+    (other / "usr/share/doc").mkdir(parents=True)
+    (other / "usr/share/doc/paint-l10n").symlink_to("paint-data")
+    _build_deb(other, "paint-l10n", tmp_path / "debs")
+
+    names = gettext_sources.collect_from_dir(tmp_path / "debs", tmp_path / "cat")
     info = gettext_sources.load_info(tmp_path / "cat" / "paint-data")
-    assert names == ["paint-data"] and info is not None
+    assert names == ["paint-data", "paint-l10n"] and info is not None
     assert (info.version, info.licence) == ("1.2-3", "GPL-2+")
     assert sorted(info.catalogs.values()) == [
         "usr/lib/paint/program/resource/de/LC_MESSAGES/extra.mo",
         "usr/share/locale/de/LC_MESSAGES/paint.mo"]
+    linked = gettext_sources.load_info(tmp_path / "cat" / "paint-l10n")
+    assert linked is not None and linked.licence == "see package paint-data"
 
 
 @pytest.mark.slow
