@@ -8,6 +8,8 @@ listed in the data card):
 * an empty ``msgstr`` is untranslated [untranslated];
 * whitespace runs (newlines of long help texts, tabs) become one space, so
   every pair fits on one line; text is NFC-normalised;
+* a leading ``?qualifier:`` (Freeciv's ``Q_()`` disambiguation, which the
+  program strips before display) is removed from both sides;
 * accelerator markers (GTK ``_``, Qt/KDE ``&``, LibreOffice ``~``) are removed
   by the same rule on both sides (:func:`strip_accelerators`);
 * a side without a letter once placeholders and markup are removed is a
@@ -40,6 +42,7 @@ _CREDIT_IDS = frozenset({"translator-credits", "translator_credits",
                          "translators", "your names", "your emails"})
 _CREDIT_CONTEXTS = frozenset({"NAME OF TRANSLATORS", "EMAIL OF TRANSLATORS"})
 _WHITESPACE = re.compile(r"\s+")
+_QUALIFIER = re.compile(r"^\?[\w ]+:(?=\S)")
 # Order matters: named and LibreOffice forms before the generic printf form.
 _PLACEHOLDER = re.compile(
     r"%\(\w+\)[-+#0]*\d*(?:\.\d+)?[diouxXeEfFgGcrs]"  # Python %(name)s
@@ -80,8 +83,9 @@ class CleanConfig:
 
 
 def normalize(text: str) -> str:
-    """NFC, one space for every whitespace run, no outer spaces."""
-    return _WHITESPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+    """NFC, one space for every whitespace run, no outer spaces or qualifier."""
+    text = _WHITESPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+    return _QUALIFIER.sub("", text)
 
 
 def _strip_one(text: str, other: str, pattern: re.Pattern) -> str:

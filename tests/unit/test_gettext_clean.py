@@ -47,6 +47,11 @@ def clean(msgid: str, msgstr: str, context: str | None = None) -> tuple:
     ("Hello {name}", "Hallo {name}", ("Hallo {name}", "Hello {name}")),
     ("<b>Warm</b> soup", "<b>Warme</b> Suppe",
      ("<b>Warme</b> Suppe", "<b>Warm</b> soup")),
+    # Freeciv's "?qualifier:" disambiguation is not part of the text.
+    ("?female:Chief Baker %s", "Oberbäckerin %s",
+     ("Oberbäckerin %s", "Chief Baker %s")),
+    ("Why? Because:now", "Warum? Weil:jetzt",
+     ("Warum? Weil:jetzt", "Why? Because:now")),
     # Whitespace runs (help texts) become single spaces.
     ("Line one\n  line two", "Zeile eins\n\tZeile zwei",
      ("Zeile eins Zeile zwei", "Line one line two")),
