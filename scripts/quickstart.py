@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Quickstart: Ding data, a tiny joint SpecDec model on the CPU, BLEU vs speed.
 
-Prepares the Ding De-En corpus (reused when done), trains
+Prepares the Ding De-En corpus (or with ``--corpus gettext`` the gettext
+corpus of Debian message catalogs; reused when done), trains
 ``specdec_transformer_tiny`` for a fixed time budget with the values of
 ``conf/cpu_tiny.yaml``, decodes 200 test sentences with stock greedy, stock
 beam 5 and two SpecDec settings, and writes ``results/quickstart/report.md``

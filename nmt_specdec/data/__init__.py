@@ -2,6 +2,9 @@
 
 Modules:
     ding: parse the Ding German-English dictionary into sentence pairs.
+    mo: read gettext ``.mo`` catalogs (stdlib only).
+    gettext_recipe: the gettext De-En recipe over Debian's German catalogs
+        (with gettext_packages, gettext_sources, gettext_clean, gettext_split).
     splits: dedupe, filter and split pairs into train/valid/test.
     card: length statistics and the ``DATA_CARD.md`` writer.
     spm: joint SentencePiece training, encoding and fairseq binarization.
@@ -10,8 +13,8 @@ Modules:
     wmt14: the WMT14 De-En recipe (needs internet or pre-downloaded archives).
     distill: sequence-level distillation of a binarized training split.
 
-The command-line entry points live in ``scripts/prepare_ding.py`` and
-``scripts/prepare_wmt14.py``.
+The command-line entry points live in ``scripts/prepare_ding.py``,
+``scripts/prepare_gettext.py`` and ``scripts/prepare_wmt14.py``.
 """
 
 from nmt_specdec.data.steps import RecipeError

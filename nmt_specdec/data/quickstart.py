@@ -4,12 +4,19 @@ Three reusable steps, stamped under ``{work}/quickstart/.stamps``:
 
 1. ``data``: the Ding recipe (:mod:`nmt_specdec.data.ding_recipe`) into
    ``{work}/ding`` (its own steps are stamped, so a finished corpus is reused);
+   with ``--corpus gettext`` the gettext recipe
+   (:mod:`nmt_specdec.data.gettext_recipe`) into ``{work}/gettext`` instead;
 2. ``train``: ``fairseq-train`` with the hyper-parameters of
-   ``conf/cpu_tiny.yaml`` and a wall-clock budget (``--stop-time-hours``);
-   an interrupted run resumes, a finished one with the same settings is reused;
+   ``conf/cpu_tiny.yaml`` (gettext: ``conf/cpu_tiny_gettext.yaml``) and a
+   wall-clock budget (``--stop-time-hours``); an interrupted run resumes, a
+   finished one with the same settings is reused;
 3. ``eval``: :func:`nmt_specdec.evaluation.pipeline.run` on the first
-   sentences of the Ding test split, batch size 1: stock greedy, stock beam 5,
-   SpecDec beta=1 (exactly greedy) and a relaxed SpecDec row.
+   sentences of the corpus's test split, batch size 1: stock greedy, stock
+   beam 5, SpecDec beta=1 (exactly greedy) and a relaxed SpecDec row.
+
+Each corpus has its own model and report directories (``{work}/quickstart``
+and ``results/quickstart`` for Ding, ``..._gettext`` for gettext), so
+switching corpus never discards the other one's checkpoints.
 
 ``report.md`` is rewritten on every run from the stored results. Entry points:
 ``scripts/quickstart.py``, ``make quickstart``, ``nmt-specdec-quickstart``.
@@ -25,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nmt_specdec.data import ding_recipe, train_recipe
+from nmt_specdec.data import ding_recipe, gettext_recipe, train_recipe
 from nmt_specdec.data.steps import (
     LOG,
     OneLineParser,
@@ -42,6 +49,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # per batch two cores manage only ~100-200 updates in 7 minutes, still inside
 # the recipe's 400-update warm-up. Smaller batches give ~4x more updates.
 QUICK_OVERRIDES = {"dataset.max_tokens": 1024, "lr_scheduler.warmup_updates": 200}
+# Corpus -> (training recipe under conf/, description for the report).
+CORPORA = {
+    "ding": ("cpu_tiny.yaml", "the Ding De-En dictionary"),
+    "gettext": ("cpu_tiny_gettext.yaml",
+                "German-English gettext catalogs of Debian packages"),
+}
 
 
 @dataclass(frozen=True)
@@ -49,10 +62,12 @@ class QuickstartConfig:
     """Settings of the quickstart (mirrors the command-line flags).
 
     Attributes:
-        work: Working directory (data in ``work/ding``, model in
-            ``work/quickstart``).
-        out: Where ``report.md``, ``results.json`` and the plot go.
-        recipe: Hydra training recipe holding the hyper-parameters.
+        work: Working directory (data in ``work/<corpus>``, model in
+            ``work/quickstart``, or ``work/quickstart_gettext``).
+        out: Where ``report.md``, ``results.json`` and the plot go (None:
+            ``results/quickstart``, or ``results/quickstart_gettext``).
+        recipe: Hydra training recipe holding the hyper-parameters (None: the
+            corpus's recipe in ``CORPORA``).
         train_minutes: Training wall-clock budget.
         threads: CPU threads for training and decoding.
         eval_sentences: Decode the first N test sentences.
@@ -60,11 +75,13 @@ class QuickstartConfig:
         relaxed_tau: log-probability margin of the relaxed SpecDec row.
         ding_file: Optional local Ding ``de-en`` file (else found/downloaded).
         repeats: Timed passes per decoder (the median is reported).
+        corpus: ``ding`` or ``gettext``.
+        deb_dir: gettext only: read .deb/.mo files from here, not apt-get.
     """
 
     work: Path = REPO_ROOT / "work"
-    out: Path = REPO_ROOT / "results" / "quickstart"
-    recipe: Path = REPO_ROOT / "conf" / "cpu_tiny.yaml"
+    out: Path | None = None
+    recipe: Path | None = None
     train_minutes: float = 7.0
     threads: int = 2
     eval_sentences: int = 200
@@ -72,6 +89,21 @@ class QuickstartConfig:
     relaxed_tau: float = 2.0
     ding_file: Path | None = None
     repeats: int = 1
+    corpus: str = "ding"
+    deb_dir: Path | None = None
+
+    @property
+    def suffix(self) -> str:
+        """Directory-name suffix that keeps each corpus's runs apart."""
+        return "" if self.corpus == "ding" else f"_{self.corpus}"
+
+    def report_dir(self) -> Path:
+        """``out``, or the corpus's default report directory."""
+        return self.out or REPO_ROOT / "results" / f"quickstart{self.suffix}"
+
+    def training_recipe(self) -> Path:
+        """``recipe``, or the corpus's default Hydra recipe."""
+        return self.recipe or REPO_ROOT / "conf" / CORPORA[self.corpus][0]
 
     def validate(self) -> None:
         """Raise RecipeError naming the first impossible option."""
@@ -81,8 +113,14 @@ class QuickstartConfig:
             raise RecipeError("--threads, --eval-sentences and --repeats must be >= 1")
         if self.relaxed_beta < 1 or self.relaxed_tau < 0:
             raise RecipeError("--relaxed-beta must be >= 1 and --relaxed-tau >= 0")
-        if not self.recipe.is_file():
-            raise RecipeError(f"--recipe {self.recipe} does not exist")
+        if self.corpus not in CORPORA:
+            raise RecipeError(f"--corpus must be one of {', '.join(CORPORA)}")
+        if self.ding_file is not None and self.corpus != "ding":
+            raise RecipeError("--ding-file needs --corpus ding")
+        if self.deb_dir is not None and self.corpus != "gettext":
+            raise RecipeError("--deb-dir needs --corpus gettext")
+        if not self.training_recipe().is_file():
+            raise RecipeError(f"--recipe {self.training_recipe()} does not exist")
 
 
 def train_flags(cfg: QuickstartConfig, data_bin: Path, save_dir: Path) -> list[str]:
@@ -95,18 +133,19 @@ def train_flags(cfg: QuickstartConfig, data_bin: Path, save_dir: Path) -> list[s
         "checkpoint.save_dir": str(save_dir),
         "optimization.stop_time_hours": round(cfg.train_minutes / 60, 6),
     }
-    recipe = train_recipe.apply_overrides(train_recipe.load_recipe(cfg.recipe),
-                                          overrides)
+    recipe = train_recipe.apply_overrides(
+        train_recipe.load_recipe(cfg.training_recipe()), overrides)
     return train_recipe.recipe_to_flags(recipe)
 
 
-def eval_config(cfg: QuickstartConfig, checkpoint: Path, ding_dir: Path):
+def eval_config(cfg: QuickstartConfig, checkpoint: Path, data_dir: Path):
     """The evaluation settings: four rows at batch size 1."""
     from nmt_specdec.evaluation.config import EvalConfig
 
     return EvalConfig(
-        checkpoint=str(checkpoint), out=str(cfg.out), data=str(ding_dir / "bin"),
-        split="test", spm_model=str(ding_dir / "spm.model"),
+        checkpoint=str(checkpoint), out=str(cfg.report_dir()),
+        data=str(data_dir / "bin"), split="test",
+        spm_model=str(data_dir / "spm.model"),
         max_sentences=cfg.eval_sentences,
         beams=(1, 5), grid_beta=(1, cfg.relaxed_beta), grid_tau=(cfg.relaxed_tau,),
         # An under-trained model may babble: bound outputs by the source length.
@@ -132,27 +171,26 @@ def run(cfg: QuickstartConfig) -> dict:
     """
     cfg.validate()
     start = time.monotonic()
-    ding_dir, qs_dir = cfg.work / "ding", cfg.work / "quickstart"
+    data_dir, qs_dir = cfg.work / cfg.corpus, cfg.work / f"quickstart{cfg.suffix}"
     save_dir = qs_dir / "checkpoints"
     chain = StepChain(qs_dir)
 
-    data_status = ding_recipe.run(ding_recipe.DingConfig(
-        out=ding_dir, ding_file=cfg.ding_file))  # defaults: stamps stay valid
-    data_stamp = (ding_dir / ".stamps" / "binarize.json").read_text(encoding="utf-8")
+    data_status = prepare_data(cfg, data_dir)
+    data_stamp = (data_dir / ".stamps" / "binarize.json").read_text(encoding="utf-8")
     reused = set(data_status.values()) == {"reused"}
     chain.status["data"] = "reused" if reused else "built"
 
-    flags = train_flags(cfg, ding_dir / "bin", save_dir)
+    flags = train_flags(cfg, data_dir / "bin", save_dir)
     chain.run("train", {"flags": flags, "data": json.loads(data_stamp)["digest"]},
               [save_dir / "checkpoint_last.pt", save_dir / train_recipe.INFO_FILE],
               lambda: train_recipe.train(flags, save_dir, qs_dir / "train.log",
                                          cfg.threads, REPO_ROOT))
     info = train_recipe.read_train_info(save_dir)
 
-    eval_cfg = eval_config(cfg, Path(info.checkpoint), ding_dir)
-    results_json = cfg.out / "results.json"
+    eval_cfg = eval_config(cfg, Path(info.checkpoint), data_dir)
+    results_json = cfg.report_dir() / "results.json"
     chain.run("eval", _eval_params(eval_cfg),
-              [results_json, cfg.out / "bleu_vs_speedup.png"],
+              [results_json, cfg.report_dir() / "bleu_vs_speedup.png"],
               lambda: _evaluate(eval_cfg))
     results = json.loads(results_json.read_text(encoding="utf-8"))
     results["quickstart"] = {
@@ -160,14 +198,24 @@ def run(cfg: QuickstartConfig) -> dict:
         "steps": dict(chain.status),
         "wall_seconds": time.monotonic() - start,
         "train_minutes": cfg.train_minutes,
-        "recipe": str(cfg.recipe),
+        "recipe": str(cfg.training_recipe()),
         "threads": cfg.threads,
+        "corpus": cfg.corpus,
     }
-    with atomic_text(cfg.out / "report.md") as handle:
+    with atomic_text(cfg.report_dir() / "report.md") as handle:
         handle.write(render_report(results, flags))
     LOG.info("quickstart finished in %.1f min; report: %s",
-             results["quickstart"]["wall_seconds"] / 60, cfg.out / "report.md")
+             results["quickstart"]["wall_seconds"] / 60, cfg.report_dir() / "report.md")
     return results
+
+
+def prepare_data(cfg: QuickstartConfig, data_dir: Path) -> dict[str, str]:
+    """Run the corpus's recipe with its default settings (so stamps stay valid)."""
+    if cfg.corpus == "gettext":
+        return gettext_recipe.run(gettext_recipe.GettextConfig(
+            out=data_dir, deb_dir=cfg.deb_dir))
+    return ding_recipe.run(ding_recipe.DingConfig(out=data_dir,
+                                                  ding_file=cfg.ding_file))
 
 
 def _evaluate(eval_cfg) -> None:
@@ -189,7 +237,8 @@ def render_report(results: dict, flags: list[str]) -> str:
         "# nmt-specdec quickstart",
         "",
         "A tiny joint SpecDec model (`specdec_transformer_tiny`: 3+3-layer d=256 "
-        "verifier, 2-layer draft head, K=10) trained on the Ding De-En dictionary "
+        "verifier, 2-layer draft head, K=10) trained on "
+        f"{CORPORA[qs.get('corpus', 'ding')][1]} "
         f"for a fixed budget of {qs['train_minutes']:g} min (CPU threads: "
         f"{qs['threads']}). It is far from converged: the numbers show the pipeline, "
         "not the quality or the speedups of a trained system (an under-trained "
@@ -244,8 +293,15 @@ def build_parser() -> argparse.ArgumentParser:
     d = QuickstartConfig()
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=d.work, help="working directory")
-    p.add_argument("--out", type=Path, default=d.out, help="report directory")
-    p.add_argument("--recipe", type=Path, default=d.recipe, help="training recipe YAML")
+    p.add_argument("--corpus", choices=list(CORPORA), default=d.corpus,
+                   help="training data: the Ding dictionary or Debian's gettext "
+                   "catalogs (default %(default)s)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="report directory (default results/quickstart, "
+                   "results/quickstart_gettext for --corpus gettext)")
+    p.add_argument("--recipe", type=Path, default=None,
+                   help="training recipe YAML (default conf/cpu_tiny.yaml, "
+                   "conf/cpu_tiny_gettext.yaml for --corpus gettext)")
     p.add_argument("--train-minutes", type=float, default=d.train_minutes)
     p.add_argument("--threads", type=int, default=d.threads)
     p.add_argument("--eval-sentences", type=int, default=d.eval_sentences)
@@ -254,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=d.repeats)
     p.add_argument("--ding-file", type=Path, default=None,
                    help="local Ding de-en file (default: installed or downloaded)")
+    p.add_argument("--deb-dir", type=Path, default=None,
+                   help="--corpus gettext: read .deb files / .mo directories from "
+                   "here instead of running apt-get download")
     return p
 
 

@@ -1,0 +1,49 @@
+"""``--corpus``: the quickstart trains on Ding (default) or the gettext corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nmt_specdec.data import quickstart
+from nmt_specdec.data.steps import RecipeError
+
+
+def _config(argv: list[str]) -> quickstart.QuickstartConfig:
+    args = quickstart.build_parser().parse_args(argv)
+    return quickstart.QuickstartConfig(**vars(args))
+
+
+def test_default_is_ding() -> None:
+    cfg = _config([])
+    cfg.validate()
+    assert cfg.corpus == "ding" and cfg.training_recipe().name == "cpu_tiny.yaml"
+    assert cfg.report_dir().name == "quickstart"
+
+
+def test_gettext_has_its_own_recipe_and_directories(tmp_path: Path) -> None:
+    cfg = _config(["--corpus", "gettext", "--work", str(tmp_path)])
+    cfg.validate()
+    assert cfg.training_recipe().name == "cpu_tiny_gettext.yaml"
+    assert cfg.report_dir().name == "quickstart_gettext"
+    flags = quickstart.train_flags(cfg, tmp_path / "gettext" / "bin", tmp_path / "ckpt")
+    assert flags[0] == str(tmp_path / "gettext" / "bin")
+    assert flags[flags.index("--arch") + 1] == "specdec_transformer_tiny"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--deb-dir", "debs"], "--deb-dir needs --corpus gettext"),
+    (["--corpus", "gettext", "--ding-file", "de-en"],
+     "--ding-file needs --corpus ding"),
+])
+def test_corpus_specific_flags_are_checked(argv: list[str], message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        _config(argv).validate()
+
+
+def test_unknown_corpus_is_a_one_line_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        quickstart.build_parser().parse_args(["--corpus", "wmt"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
