@@ -52,6 +52,8 @@ def combined_stats() -> SpecDecStats:
         total.tokens += stats.tokens
         total.accepted_per_slot = _add(total.accepted_per_slot, stats.accepted_per_slot)
         total.drafted_per_slot = _add(total.drafted_per_slot, stats.drafted_per_slot)
+        for k, turns in stats.k_chosen.items():
+            total.k_chosen[k] = total.k_chosen.get(k, 0) + turns
     return total
 
 

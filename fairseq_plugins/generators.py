@@ -10,6 +10,7 @@ import logging
 
 from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
+from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,9 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
         raise UserError("--spec-decoding decodes with one model, not an ensemble")
     model = models[0]
     has_head = hasattr(model, "draft_head")
-    k = cfg.spec_k if cfg.spec_k is not None else (model.draft_block_size if has_head else 0)
+    k, auto = parse_spec_k(cfg.spec_k)
+    if k is None:  # default, or the upper bound of auto
+        k = model.draft_block_size if has_head else 0
     if k > 0 and not has_head:
         raise UserError(
             "--spec-decoding with --spec-k > 0 needs a checkpoint with a draft head; train "
@@ -47,7 +50,7 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
     options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
-                             deterministic=cfg.deterministic)
+                             deterministic=cfg.deterministic, auto_k=auto and k > 0)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args)
 
 

@@ -10,6 +10,7 @@ with the draft head's accuracy over all slots and on slot 1.
 """
 
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -60,7 +61,10 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
             raise UserError("--criterion specdec_joint_loss needs --arch specdec_transformer*")
         net_input = sample["net_input"]
         frozen = not any(p.requires_grad for p in model.encoder.parameters())
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+        # A frozen verifier runs as at decoding time (no dropout), so the head
+        # learns from exactly the states it will read.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen), \
+                _eval_mode(model.encoder, model.decoder, when=frozen):
             encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
             features, extra = model.decoder(net_input["prev_output_tokens"],
                                             encoder_out=encoder_out, features_only=True)
@@ -149,6 +153,19 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         metrics.log_scalar("draft_total", total("draft_total"))
         metrics.log_derived("draft_acc", lambda m: _percent(m, "draft_correct", "draft_total"))
         metrics.log_derived("draft_acc1", lambda m: _percent(m, "draft_correct1", "draft_total1"))
+
+
+@contextlib.contextmanager
+def _eval_mode(*modules, when: bool):
+    modes = [m.training for m in modules]
+    if when:
+        for module in modules:
+            module.eval()
+    try:
+        yield
+    finally:
+        for module, mode in zip(modules, modes):
+            module.train(mode)
 
 
 def _percent(meters, hits: str, total: str) -> float:

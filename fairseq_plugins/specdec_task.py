@@ -24,6 +24,7 @@ from fairseq_plugins import inference_inputs, load_guards  # noqa: F401  (issue 
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
 from fairseq_plugins.generators import build_decoder
 from fairseq_plugins.generation_stats import log_stats_at_exit
+from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,12 @@ class TranslationSpecDecConfig(TranslationConfig):
         default=False,
         metadata={"help": "decode with speculative draft-and-verify (needs a draft head)"},
     )
-    spec_k: Optional[int] = field(
+    spec_k: Optional[str] = field(
         default=None,
         metadata={"help": "draft block size K at decoding time (default: the model's "
-                          "--draft-block-size); 0 = greedy decoding with the lean engine"},
+                          "--draft-block-size); 0 = greedy decoding with the lean engine; "
+                          "'auto' = choose K per iteration (up to the model's) from running "
+                          "acceptance and measured pass costs"},
     )
     spec_beta: int = field(
         default=1,
@@ -152,10 +155,9 @@ class TranslationSpecDecTask(TranslationTask):
 
 
 def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
-    if cfg.spec_k is not None and cfg.spec_k < 0:
-        raise UserError(f"--spec-k must be >= 0, got {cfg.spec_k}")
-    if cfg.spec_k is not None and cfg.spec_k >= cfg.max_target_positions:
-        raise UserError(f"--spec-k {cfg.spec_k} must be below --max-target-positions "
+    k, _ = parse_spec_k(cfg.spec_k)
+    if k is not None and k >= cfg.max_target_positions:
+        raise UserError(f"--spec-k {k} must be below --max-target-positions "
                         f"{cfg.max_target_positions}")
     if cfg.spec_beta < 1:
         raise UserError(f"--spec-beta must be >= 1, got {cfg.spec_beta}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import Dict, List
 
 from torch import Tensor
 
@@ -19,6 +19,8 @@ class SpecDecStats:
         tokens: committed tokens (EOS included).
         accepted_per_slot: how often draft slot i was accepted (index 0 = slot 1).
         drafted_per_slot: how often draft slot i was proposed.
+        k_chosen: loop turns (batch iterations) per drafted K (``--spec-k auto``
+            varies it; a fixed K only shrinks near the length limit).
     """
 
     sentences: int = 0
@@ -26,19 +28,13 @@ class SpecDecStats:
     tokens: int = 0
     accepted_per_slot: List[int] = field(default_factory=list)
     drafted_per_slot: List[int] = field(default_factory=list)
+    k_chosen: Dict[int, int] = field(default_factory=dict)
 
     def record_iteration(self, accepted: Tensor, counts: Tensor) -> None:
         """Adds one loop turn: ``accepted`` (B, K) bool, ``counts`` (B,) committed."""
-        self.iterations += int(counts.numel())
-        self.tokens += int(counts.sum())
-        per_slot = accepted.long().sum(dim=0).tolist()
-        grow = len(per_slot) - len(self.accepted_per_slot)
-        if grow > 0:
-            self.accepted_per_slot += [0] * grow
-            self.drafted_per_slot += [0] * grow
-        for slot, hits in enumerate(per_slot):
-            self.accepted_per_slot[slot] += hits
-            self.drafted_per_slot[slot] += int(counts.numel())
+        rows, slots = accepted.shape
+        self.add_tally([rows] * slots, accepted.long().sum(dim=0).tolist(), int(counts.numel()),
+                       int(counts.sum()))
 
     def add_tally(self, drafted_per_slot: List[int], accepted_per_slot: List[int],
                   iterations: int, tokens: int) -> None:
@@ -68,8 +64,10 @@ class SpecDecStats:
 
     def summary(self) -> str:
         slots = " ".join(f"{rate:.2f}" for rate in self.slot_acceptance()[:8])
+        ks = " ".join(f"{k}:{n}" for k, n in sorted(self.k_chosen.items()))
         return (
             f"SpecDec: {self.sentences} sentences, {self.mean_accepted_tokens:.2f} tokens/iteration, "
             f"{self.iterations_per_sentence:.2f} iterations/sentence, "
-            f"acceptance by slot [{slots}{' ...' if len(self.accepted_per_slot) > 8 else ''}]"
+            f"acceptance by slot [{slots}{' ...' if len(self.accepted_per_slot) > 8 else ''}], "
+            f"K chosen (K:turns) [{ks}]"
         )

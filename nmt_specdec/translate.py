@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
+from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
     SENTENCE_END,
@@ -84,7 +85,7 @@ class TranslateConfig:
     source_lang: Optional[str] = None
     target_lang: Optional[str] = None
     spec_decoding: bool = False
-    spec_k: Optional[int] = None
+    spec_k: Optional[str] = None
     spec_beta: int = 1
     spec_tau: float = 0.0
     beam: int = 5
@@ -94,8 +95,7 @@ class TranslateConfig:
     cpu: bool = False
 
     def __post_init__(self) -> None:
-        if self.spec_k is not None and self.spec_k < 1:
-            raise UserError(f"--spec-k must be >= 1, got {self.spec_k}")
+        parse_spec_k(self.spec_k)  # raises UserError naming the option
         if self.spec_beta < 1:
             raise UserError(f"--spec-beta must be >= 1, got {self.spec_beta}")
         if not self.spec_tau >= 0:
@@ -205,7 +205,8 @@ def _check_specdec(cfg: TranslateConfig, task, model) -> None:
             "has none; train one with --task translation_specdec --arch "
             "specdec_transformer_* (or decode this one without --spec-decoding)"
         )
-    k = cfg.spec_k or model.draft_block_size
+    k = parse_spec_k(cfg.spec_k)[0]
+    k = model.draft_block_size if k is None else k
     if k >= model.max_decoder_positions():
         raise UserError(
             f"--spec-k {k} must be below the model's "
@@ -391,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="SpecDec draft-and-verify (needs a checkpoint with a draft head)",
     )
-    add("--spec-k", type=int, help="draft block size K (default: the model's)")
+    add("--spec-k", help="draft block size K (default: the model's; 0 = greedy with the "
+        "lean engine; 'auto' = chosen per iteration)")
     add(
         "--spec-beta",
         type=int,

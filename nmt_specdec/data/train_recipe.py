@@ -152,7 +152,9 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
         The run's TrainInfo (also written to ``save_dir/train_info.json``).
     """
     settings = save_dir / SETTINGS_FILE
-    wanted = json.dumps(list(flags), indent=1)
+    # A larger time budget continues the same run (fairseq counts cumulative
+    # training time), so the budget is not part of the settings.
+    wanted = json.dumps(_without_budget(flags), indent=1)
     if save_dir.exists() and (not settings.is_file() or settings.read_text() != wanted):
         LOG.info("settings changed: starting training afresh in %s", save_dir)
         shutil.rmtree(save_dir)
@@ -173,6 +175,14 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
     with atomic_text(save_dir / INFO_FILE) as handle:
         json.dump(asdict(info), handle, indent=1)
     return info
+
+
+def _without_budget(flags: Sequence[str]) -> list[str]:
+    out = list(flags)
+    if "--stop-time-hours" in out:
+        at = out.index("--stop-time-hours")
+        del out[at: at + 2]
+    return out
 
 
 def read_train_info(save_dir: Path) -> TrainInfo:

@@ -1,22 +1,154 @@
-"""How many tokens to draft this iteration (``--spec-k N`` or ``--spec-k auto``)."""
+"""How many tokens to draft this iteration: ``--spec-k N`` or ``--spec-k auto``.
+
+Speed is committed tokens per second. Drafting K tokens commits, in
+expectation, ``1 + sum_{i<=K} P(n >= i)`` tokens (n: accepted drafts, a prefix)
+and costs one draft pass over K slots plus one verify pass over K+1 positions.
+``AutoK`` keeps running estimates of both and drafts the K that maximises their
+ratio; K=0 (plain greedy) wins where drafting cannot pay, e.g. a poor drafter
+or large batches on a compute-bound CPU.
+
+- Acceptance: ``P(n >= i) = prod_{j<=i} c_j`` with ``c_j`` the chance that slot
+  j is accepted once slot j-1 was, counted with exponential forgetting and a
+  Beta(1, 1) prior; a slot never drafted inherits its predecessor's ``c``.
+- Cost: measured seconds per iteration for each (K, batch-size bucket), as an
+  exponential moving average; a K not measured yet at that bucket is
+  extrapolated linearly in K from the ones that are (with a prior slope).
+
+Shapes: B active rows.
+"""
 
 from __future__ import annotations
 
-from torch import Tensor
+import math
+from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt_specdec.decoding.options import SpecDecOptions
+
+CostFn = Callable[[int, int], Optional[float]]
 
 
 class KPolicy:
     """Fixed K: always the largest K allowed (``limit``)."""
 
+    wants_counts = False  # the loop reads accepted counts back only for policies that learn
+
     def choose(self, limit: int, batch: int) -> int:
         """K for this iteration, at most ``limit``, for ``batch`` active rows."""
         return limit
 
-    def observe(self, num_accepted: Tensor, k: int) -> None:
-        """Sees the (B,) accepted drafts of an iteration that drafted ``k``."""
+    def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
+        """An iteration that drafted ``k`` took ``seconds``; ``num_accepted`` per row."""
+
+
+class AcceptanceEstimate:
+    """Running per-slot acceptance: ``c_j = P(slot j accepted | slot j-1 accepted)``.
+
+    Args:
+        slots: largest K.
+        decay: weight of past counts per observed iteration (forgetting).
+    """
+
+    def __init__(self, slots: int, decay: float = 0.98):
+        self.reached = [0.0] * slots  # iterations where slot j was drafted after an accepted j-1
+        self.passed = [0.0] * slots   # ... and slot j was accepted too
+        self.decay = decay
+
+    def observe(self, num_accepted: List[int], k: int) -> None:
+        self.reached = [r * self.decay for r in self.reached]
+        self.passed = [p * self.decay for p in self.passed]
+        for n in num_accepted:
+            for j in range(min(k, n + 1)):  # slots 1..min(k, n+1) were reached
+                self.reached[j] += 1
+                self.passed[j] += j < n
+
+    def conditional(self) -> List[float]:
+        out, previous = [], 0.5
+        for reached, passed in zip(self.reached, self.passed):
+            previous = (passed + 1) / (reached + 2) if reached >= 1 else previous
+            out.append(previous)
+        return out
+
+    def expected_tokens(self) -> List[float]:
+        """Committed tokens per iteration for K = 0..slots."""
+        out, survive = [1.0], 1.0
+        for c in self.conditional():
+            survive *= c
+            out.append(out[-1] + survive)
+        return out
+
+
+class CostTable:
+    """Measured seconds per iteration by (K, batch bucket), with extrapolation.
+
+    Args:
+        prior_slope: relative extra cost per drafted token before two K are measured.
+        smoothing: weight of a new measurement in the moving average.
+    """
+
+    def __init__(self, prior_slope: float = 0.3, smoothing: float = 0.2):
+        self.seconds: Dict[Tuple[int, int], float] = {}
+        self.prior_slope, self.smoothing = prior_slope, smoothing
+
+    @staticmethod
+    def bucket(batch: int) -> int:
+        return 1 << max(0, math.ceil(math.log2(max(batch, 1))))
+
+    def record(self, k: int, batch: int, seconds: float) -> None:
+        key = (k, self.bucket(batch))
+        old = self.seconds.get(key)
+        self.seconds[key] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def __call__(self, k: int, batch: int) -> Optional[float]:
+        """Estimated seconds of an iteration with K=k (None: nothing measured yet)."""
+        bucket = self.bucket(batch)
+        if (k, bucket) in self.seconds:
+            return self.seconds[(k, bucket)]
+        known = sorted((kk, s) for (kk, b), s in self.seconds.items() if b == bucket)
+        if not known:
+            return None
+        if len(known) == 1:
+            k0, s0 = known[0]
+            base = s0 / (1 + self.prior_slope * k0)
+            return base * (1 + self.prior_slope * k)
+        (k0, s0), (k1, s1) = known[0], known[-1]
+        slope = max((s1 - s0) / (k1 - k0), 0.0)
+        return max(s0 + slope * (k - k0), 1e-9)
+
+
+class AutoK(KPolicy):
+    """Chooses the K that maximises expected committed tokens per second.
+
+    Args:
+        max_k: the largest K (the draft head's block size).
+        cost: seconds per iteration for (K, batch); default: measured online.
+    """
+
+    wants_counts = True
+
+    def __init__(self, max_k: int, cost: Optional[CostFn] = None):
+        self.acceptance = AcceptanceEstimate(max_k)
+        self.table = CostTable() if cost is None else None
+        self.cost: CostFn = cost if cost is not None else self.table
+        self.batch = 1
+
+    def choose(self, limit: int, batch: int) -> int:
+        self.batch = batch
+        tokens = self.acceptance.expected_tokens()
+        best_k, best_rate = 0, -1.0
+        for k in range(limit + 1):
+            seconds = self.cost(k, batch)
+            if seconds is None:  # nothing measured yet: start from the prior
+                seconds = 1 + CostTable().prior_slope * k
+            rate = tokens[k] / seconds
+            if rate > best_rate * (1 + 1e-9):
+                best_k, best_rate = k, rate
+        return best_k
+
+    def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
+        self.acceptance.observe(num_accepted, k)
+        if self.table is not None:
+            self.table.record(k, self.batch, seconds)
 
 
 def make_k_policy(options: SpecDecOptions) -> KPolicy:
-    return KPolicy()
+    return AutoK(options.k) if options.auto_k else KPolicy()

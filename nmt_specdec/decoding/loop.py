@@ -17,6 +17,7 @@ Shapes: B active rows, K draft slots, T buffer width, C model dim, V vocabulary.
 
 from __future__ import annotations
 
+import time
 from typing import Dict, List, NamedTuple, Optional
 
 import torch
@@ -102,6 +103,7 @@ class SpecDecGenerator(nn.Module):
         self.symbols_to_strip_from_output = {self.eos}
         self._verifier: Optional[LeanVerifier] = None
         self._verifier_key: tuple = ()
+        self._cache = None  # the last batch's cache (tests inspect it)
 
     def lean_verifier(self) -> LeanVerifier:
         """The verifier's lean weights, re-read only when the model's have changed."""
@@ -144,19 +146,24 @@ class SpecDecGenerator(nn.Module):
         # Rows: drafted per slot, accepted per slot, [iterations, committed tokens].
         tally = torch.zeros(3, k_max + 2, dtype=torch.long, device=max_len.device)
         while rows.index.numel() > 0:
-            k = self.k_policy.choose(min(k_max, room), rows.index.numel())
+            started = time.perf_counter()
+            batch_rows = rows.index.numel()
+            k = self.k_policy.choose(min(k_max, room), batch_rows)
             rows, commit, num_accepted = self._iteration(verifier, rows, cache, cross, k,
                                                          longest)
             self._tally(tally, num_accepted, commit.counts, k)
-            self.k_policy.observe(num_accepted, k)
-            done = commit.finished
             # The one host synchronisation of the iteration.
             steps = rows.lengths - 1
-            head = torch.stack([rows.lengths.max(), (rows.max_len - steps).masked_fill(
-                done, -1).max()])
-            flags = torch.cat([head, done.long()]).tolist()
+            room_left = (rows.max_len - steps).masked_fill(commit.finished, -1).max()
+            pulled = [rows.lengths.max().view(1), room_left.view(1), commit.finished.long()]
+            if self.k_policy.wants_counts:
+                pulled.append(num_accepted)
+            flags = torch.cat(pulled).tolist()
             longest, room = flags[0], flags[1]
-            if any(flags[2:]):
+            self.stats.k_chosen[k] = self.stats.k_chosen.get(k, 0) + 1
+            self.k_policy.observe(flags[2 + batch_rows:], k, time.perf_counter() - started)
+            if any(flags[2: 2 + batch_rows]):
+                done = commit.finished
                 keep = self._collect(rows, done, finished)
                 rows = Rows(*(field.index_select(0, keep) for field in rows))
                 cache.keep_rows(keep)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -35,6 +36,21 @@ class SpecDecOptions:
             raise UserError(f"--spec-beta must be >= 1, got {self.beta}")
         if not self.tau >= 0:
             raise UserError(f"--spec-tau must be >= 0, got {self.tau}")
+
+
+def parse_spec_k(value) -> Tuple[Optional[int], bool]:
+    """``--spec-k``: an integer K >= 0, or ``auto`` -> (K or None, auto?)."""
+    if value is None:
+        return None, False
+    if str(value).strip().lower() == "auto":
+        return None, True
+    try:
+        k = int(str(value))
+    except ValueError:
+        raise UserError(f"--spec-k must be an integer >= 0 or 'auto', got {value!r}") from None
+    if k < 0:
+        raise UserError(f"--spec-k must be >= 0, got {k}")
+    return k, False
 
 
 @dataclass(frozen=True)

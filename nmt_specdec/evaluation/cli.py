@@ -116,7 +116,13 @@ def _add_decoding_args(group) -> None:
         type=int,
         nargs="+",
         default=[],
-        help="SpecDec draft block sizes (default: the model's)",
+        help="SpecDec draft block sizes (default: the model's); 0 = the engine's "
+        "own greedy decoding",
+    )
+    group.add_argument(
+        "--grid-auto",
+        action="store_true",
+        help="also run --spec-k auto (K chosen per iteration, up to each --grid-k)",
     )
     group.add_argument(
         "--grid-beta",

@@ -32,7 +32,9 @@ class EvalConfig:
         min_len: fairseq ``--min-len``.
         lenpen: fairseq ``--lenpen``.
         unkpen: fairseq ``--unkpen``.
-        grid_k: SpecDec draft block sizes K (empty: the model's draft block size).
+        grid_k: SpecDec draft block sizes K (empty: the model's draft block size);
+            0 is the engine's own greedy decoding (one row, no drafting).
+        grid_auto: add ``--spec-k auto`` rows (K chosen per iteration).
         grid_beta: SpecDec top-beta widths.
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
         stock_only: time only the stock generator (any fairseq checkpoint).
@@ -64,6 +66,7 @@ class EvalConfig:
     lenpen: float = 1.0
     unkpen: float = 0.0
     grid_k: Tuple[int, ...] = ()
+    grid_auto: bool = False
     grid_beta: Tuple[int, ...] = (1, 3, 5)
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
     stock_only: bool = False
@@ -84,7 +87,9 @@ class DecoderSpec:
     Attributes:
         kind: ``stock`` (fairseq's SequenceGenerator) or ``specdec``.
         beam: stock beam size (1 for SpecDec, which verifies greedily).
-        k: SpecDec draft block size K.
+        k: SpecDec draft block size K (0: the engine's greedy; with ``auto``, the
+            largest K).
+        auto: K chosen per iteration (``--spec-k auto``).
         beta: SpecDec top-beta width.
         tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
     """
@@ -94,13 +99,22 @@ class DecoderSpec:
     k: Optional[int] = None
     beta: Optional[int] = None
     tau: Optional[float] = None
+    auto: bool = False
 
     @property
     def name(self) -> str:
         if self.kind == "stock":
             return f"stock beam{self.beam}"
+        if self.k == 0:
+            return "engine greedy k0"
         tau = "" if self.beta == 1 else f" tau{self.tau:g}"
-        return f"specdec k{self.k} beta{self.beta}{tau}"
+        k = f"auto{self.k}" if self.auto else f"k{self.k}"
+        return f"specdec {k} beta{self.beta}{tau}"
+
+    @property
+    def spec_k(self) -> str:
+        """The value of ``--spec-k`` for this row."""
+        return "auto" if self.auto else str(self.k)
 
     @property
     def is_baseline(self) -> bool:
@@ -129,13 +143,16 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     ks = cfg.grid_k or ((default_k,) if default_k else ())
     if not ks:
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
+    autos = (False, True) if cfg.grid_auto else (False,)
     for k in ks:
-        for beta in cfg.grid_beta:
-            taus = (0.0,) if beta == 1 else cfg.grid_tau
-            for tau in taus:
-                spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau))
-                if spec not in specs:
-                    specs.append(spec)
+        for auto in autos:
+            for beta in cfg.grid_beta if k > 0 else (1,):
+                taus = (0.0,) if beta == 1 else cfg.grid_tau
+                for tau in taus:
+                    spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau),
+                                       auto=auto and k > 0)
+                    if spec not in specs:
+                        specs.append(spec)
     return specs
 
 
@@ -146,7 +163,8 @@ def validate(cfg: EvalConfig) -> None:
     _check_positive("--batch-sizes", cfg.batch_sizes)
     _check_positive("--beams", cfg.beams)
     _check_positive("--threads", [cfg.threads])
-    _check_positive("--grid-k", cfg.grid_k)
+    if any(k < 0 for k in cfg.grid_k):
+        raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)
     if cfg.max_sentences is not None:
         _check_positive("--max-sentences", [cfg.max_sentences])

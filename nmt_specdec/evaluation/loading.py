@@ -106,7 +106,7 @@ def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
     if hasattr(task.cfg, "spec_decoding"):
         options = {"spec_decoding": spec.kind == "specdec", "deterministic": False}
     if spec.kind == "specdec":
-        options.update(spec_k=spec.k, spec_beta=spec.beta, spec_tau=spec.tau)
+        options.update(spec_k=spec.spec_k, spec_beta=spec.beta, spec_tau=spec.tau)
     with _task_options(task.cfg, options):
         generator = task.build_generator([model], gen)
     generator.eval()

@@ -160,6 +160,8 @@ def score_runs(
 ) -> Tuple[List[dict], dict]:
     """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
+    engine_greedy = {run.batch_size: run for run in runs
+                     if run.spec.kind == "specdec" and run.spec.k == 0}
     rows, signatures = [], {}
     for run in runs:
         baseline = baselines[run.batch_size]
@@ -177,6 +179,7 @@ def score_runs(
                 differs,
                 len(testset),
                 profiles.get((run.spec, run.batch_size)),
+                engine_greedy.get(run.batch_size),
             )
         )
     return rows, signatures

@@ -1,9 +1,9 @@
 """Where SpecDec's time goes: encoder, draft, verify, and bookkeeping.
 
-The generator is left untouched: for one untimed pass, its three model calls
-are wrapped with a clock (``model.encoder.forward_torchscript``, the drafter's
-``propose``, and ``verify_block`` as :mod:`nmt_specdec.generator` binds it).
-Everything else (acceptance, commit, cache trimming, row bookkeeping, fairseq's
+The generator is left untouched: for one untimed pass, its model calls are
+wrapped with a clock (``model.encoder.forward_torchscript``, the drafter's
+``propose``, and the lean verifier's ``forward`` and vocabulary ``logits``).
+Everything else (acceptance, scores, commit, row bookkeeping, fairseq's
 collation of outputs) is bookkeeping. On CUDA each wrapped call synchronizes,
 so that its kernels are charged to it; the profiled pass is therefore a little
 slower than the timed ones and is reported separately.
@@ -18,7 +18,6 @@ from typing import Callable, Dict, Iterator
 
 import torch
 
-import nmt_specdec.generator as generator_module
 from nmt_specdec.evaluation.runner import Run, decode_pass, synchronize
 
 COMPONENTS = ("encoder", "draft", "verify")
@@ -79,18 +78,16 @@ class _Clock:
 def instrumented(model, generator, device: torch.device) -> Iterator[_Clock]:
     """Wraps the generator's model calls with a clock; restores them on exit."""
     clock = _Clock(device)
-    encoder, drafter = model.encoder, generator.drafter
-    patches = [(encoder, "forward_torchscript"), (drafter, "propose")]
+    encoder, drafter, verifier = model.encoder, generator.drafter, generator.lean_verifier()
+    patches = [(encoder, "forward_torchscript"), (drafter, "propose"),
+               (verifier, "forward"), (verifier, "logits")]
     # Instance attributes that existed before (rather than class methods) come back.
     saved = [vars(owner).get(attr, _MISSING) for owner, attr in patches]
-    original_verify = generator_module.verify_block
     for owner, attr in patches:
         setattr(owner, attr, clock.wrap(_component(attr), getattr(owner, attr)))
-    generator_module.verify_block = clock.wrap("verify", original_verify)
     try:
         yield clock
     finally:
-        generator_module.verify_block = original_verify
         for (owner, attr), value in zip(patches, saved):
             if value is _MISSING:
                 delattr(owner, attr)  # the class's method shows through again
@@ -99,7 +96,7 @@ def instrumented(model, generator, device: torch.device) -> Iterator[_Clock]:
 
 
 def _component(attr: str) -> str:
-    return {"forward_torchscript": "encoder", "propose": "draft"}[attr]
+    return {"forward_torchscript": "encoder", "propose": "draft"}.get(attr, "verify")
 
 
 def profile_run(task, model, run: Run, device: torch.device) -> Profile:

@@ -23,12 +23,16 @@ _COLUMNS = (
     ("sent/s", "sentences_per_s", "{:.1f}"),
     ("tok/s", "target_tokens_per_s", "{:.0f}"),
     ("speedup", "speedup", "{:.2f}x"),
+    ("vs k0", "speedup_vs_k0", "{:.2f}x"),
     ("tok/iter", "mean_accepted_tokens", "{:.2f}"),
     ("iter/sent", "iterations_per_sentence", "{:.2f}"),
     ("!= greedy", "differs_from_greedy", "{}"),
 )
 
 _LEGEND = (
+    "speedup: against stock beam 1 (fairseq's SequenceGenerator) at the same batch size; "
+    "vs k0: against the engine's own greedy decoding (--spec-k 0), which separates the "
+    "lean loop's gain from drafting's. "
     "tok/s: output tokens (EOS included) per second. tok/iter: tokens committed per "
     "SpecDec iteration (accepted drafts + the verifier's own token). iter/sent: "
     "verifier calls per sentence. != greedy: sentences whose output differs from "
@@ -43,6 +47,7 @@ def make_row(
     differs_from_greedy: int,
     num_sentences: int,
     profile: Optional[Profile],
+    engine_greedy: Optional[Run] = None,
 ) -> dict:
     """Every figure of one (configuration, batch size).
 
@@ -53,6 +58,7 @@ def make_row(
         differs_from_greedy: sentences whose output differs from ``baseline``'s.
         num_sentences: sentences in the test set.
         profile: SpecDec time split (None unless profiled).
+        engine_greedy: the engine's own greedy (K=0) at the same batch size, if run.
     """
     seconds = run.median_seconds
     stats = run.stats
@@ -61,6 +67,8 @@ def make_row(
         "decoder": run.spec.kind,
         "beam": run.spec.beam,
         "k": run.spec.k,
+        "auto_k": run.spec.auto,
+        "k_chosen": dict(stats.k_chosen) if stats else None,
         "beta": run.spec.beta,
         "tau": run.spec.tau,
         "batch_size": run.batch_size,
@@ -71,6 +79,8 @@ def make_row(
         "target_tokens": run.target_tokens,
         "target_tokens_per_s": run.target_tokens / seconds,
         "speedup": baseline.median_seconds / seconds,
+        "speedup_vs_k0": (engine_greedy.median_seconds / seconds
+                          if engine_greedy is not None else None),
         "bleu": scores.bleu,
         "chrf": scores.chrf,
         # Committed tokens per iteration: accepted drafts plus the verifier's token.

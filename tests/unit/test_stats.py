@@ -63,4 +63,4 @@ def test_invariants_over_random_turns(batch, k):
     assert all(0.0 <= r <= 1.0 for r in s.slot_acceptance())
     assert len(s.slot_acceptance()) == k
     # More than 8 slots: the summary elides the tail.
-    assert s.summary().endswith("...]") == (k > 8)
+    assert ("...]" in s.summary()) == (k > 8)

@@ -1,0 +1,236 @@
+"""Add a SpecDec draft head to a trained fairseq Transformer, verifier untouched.
+
+One resumable command (``nmt-specdec-add-draft-head``, ``scripts/add_draft_head.py``):
+
+1. ``distill``: the verifier translates the training (and valid) source itself,
+   greedy by default: with beta=1 SpecDec accepts exactly what the verifier's
+   greedy search picks, so that is what the head must learn to draft
+   (:mod:`nmt_specdec.data.distill`, resumable chunks);
+2. ``train``: ``fairseq-train`` with ``--init-from-ar-checkpoint
+   --freeze-verifier`` on the distilled targets; the head learns from random
+   cuts of them (:mod:`nmt_specdec.draft_examples`); ``--budget-minutes`` bounds
+   it and an interrupted run resumes from ``checkpoint_last.pt``;
+3. ``finish``: ``{out}/model.pt`` (no optimizer state) after checking that every
+   verifier weight is bit-identical to the input, then tokens per iteration and
+   acceptance per slot on the valid split with beta=1.
+
+Each step is an ordinary fairseq command underneath; the flags are logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List
+
+from nmt_specdec.data import distill, train_recipe
+from nmt_specdec.data.steps import (
+    LOG,
+    OneLineParser,
+    RecipeError,
+    StepChain,
+    atomic_text,
+    report_user_errors,
+    setup_logging,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPORT = "report.json"
+
+
+@dataclass(frozen=True)
+class AddHeadConfig:
+    """Settings (mirror the command-line flags).
+
+    Attributes:
+        checkpoint: stock fairseq ``transformer`` checkpoint (the verifier).
+        data: its binarized data (dictionaries, train/valid splits).
+        out: working and output directory.
+        k: draft block size K the head is trained for (decoding may use less).
+        layers: draft-head layers.
+        vocab_size: draft vocabulary (most frequent ids; 0 = full).
+        cuts: training blocks per sentence.
+        beam: beam of the distillation (1 = the verifier's greedy output).
+        budget_minutes: wall-clock limit of the training step.
+        max_tokens: target tokens per training batch.
+        lr: peak learning rate (inverse square root schedule).
+        threads: CPU threads.
+        valid_sentences: valid sentences decoded for the acceptance report.
+    """
+
+    checkpoint: Path
+    data: Path
+    out: Path
+    k: int = 8
+    layers: int = 1
+    vocab_size: int = 4000
+    cuts: int = 4
+    beam: int = 1
+    budget_minutes: float = 45.0
+    max_tokens: int = 4096
+    lr: float = 1e-3
+    threads: int = 2
+    valid_sentences: int = 500
+
+    def validate(self) -> None:
+        if not self.checkpoint.is_file():
+            raise RecipeError(f"--checkpoint {self.checkpoint} does not exist")
+        if not self.data.is_dir():
+            raise RecipeError(f"--data {self.data} is not a directory")
+        for flag, value in (("--k", self.k), ("--layers", self.layers), ("--cuts", self.cuts),
+                            ("--beam", self.beam), ("--threads", self.threads)):
+            if value < 1:
+                raise RecipeError(f"{flag} must be >= 1, got {value}")
+        if self.budget_minutes <= 0:
+            raise RecipeError("--budget-minutes must be > 0")
+
+
+def verifier_arch_flags(model_args: argparse.Namespace) -> List[str]:
+    """The stock checkpoint's model options as ``fairseq-train`` flags.
+
+    Every option fairseq's ``transformer`` declares is copied, so the verifier
+    built by ``--arch specdec_transformer`` has exactly the input's shape.
+    """
+    from fairseq.models.transformer import TransformerModel
+
+    parser = argparse.ArgumentParser(add_help=False)
+    TransformerModel.add_args(parser)
+    flags: List[str] = []
+    for action in parser._actions:
+        value = getattr(model_args, action.dest, None)
+        if value is None or value is False or not action.option_strings:
+            continue
+        flag = action.option_strings[0]
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags
+
+
+def read_verifier_config(path: Path):
+    """(model options, source language, target language) of a stock checkpoint."""
+    from nmt_specdec.checkpoint_safety import load_checkpoint
+
+    state = load_checkpoint(str(path))
+    cfg = state.get("cfg") or {}
+    model, task = (cfg.get("model"), cfg.get("task")) if isinstance(cfg, dict) else (None, None)
+    if model is None and state.get("args") is not None:  # pre-Hydra checkpoints
+        model = task = state["args"]
+    if model is None:
+        raise RecipeError(f"{path} holds no model configuration (not a fairseq checkpoint)")
+    args = model if isinstance(model, argparse.Namespace) else argparse.Namespace(**model)
+    task = task if isinstance(task, argparse.Namespace) else argparse.Namespace(**(task or {}))
+    arch = str(getattr(args, "arch", ""))
+    if "transformer" not in arch or arch.startswith("specdec"):
+        raise RecipeError(f"{path} is not a stock fairseq transformer (arch {arch or '?'})")
+    src, tgt = getattr(task, "source_lang", None), getattr(task, "target_lang", None)
+    if not (src and tgt):
+        raise RecipeError(f"{path} names no source/target language")
+    return args, src, tgt
+
+
+def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
+                save_dir: Path) -> List[str]:
+    """``fairseq-train`` flags of the head-only training step."""
+    import torch
+
+    flags = [
+        str(data), "--user-dir", str(REPO_ROOT / "fairseq_plugins"),
+        "--task", "translation_specdec", "-s", src, "-t", tgt,
+        "--arch", "specdec_transformer", *verifier_arch_flags(model_args),
+        "--draft-layers", str(cfg.layers), "--draft-block-size", str(cfg.k),
+        "--draft-vocab-size", str(cfg.vocab_size),
+        "--init-from-ar-checkpoint", str(cfg.checkpoint.resolve()), "--freeze-verifier",
+        "--criterion", "specdec_joint_loss", "--label-smoothing", "0.1",
+        "--draft-cuts", str(cfg.cuts),
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(cfg.lr),
+        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200", "--clip-norm", "1.0",
+        "--max-tokens", str(cfg.max_tokens), "--num-workers", "0", "--seed", "1",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--save-interval-updates", "200", "--keep-interval-updates", "1",
+        "--validate-interval-updates", "200", "--log-format", "simple", "--log-interval", "25",
+        "--stop-time-hours", f"{cfg.budget_minutes / 60:.4f}",
+    ]
+    return flags + ([] if torch.cuda.is_available() else ["--cpu"])
+
+
+def assemble_data(out: Path, train_dir: Path, valid_dir: Path, src: str, tgt: str) -> None:
+    """One data directory with the distilled train and valid splits."""
+    out.mkdir(parents=True, exist_ok=True)
+    links = {f"dict.{lang}.txt": train_dir for lang in (src, tgt)}
+    for split, folder in (("train", train_dir), ("valid", valid_dir)):
+        for lang in (src, tgt):
+            for ext in ("bin", "idx"):
+                links[f"{split}.{src}-{tgt}.{lang}.{ext}"] = folder
+    for name, folder in links.items():
+        target = out / name
+        target.unlink(missing_ok=True)
+        os.symlink((folder / name).resolve(), target)
+
+
+def run(cfg: AddHeadConfig) -> Dict:
+    """All three steps; returns the report (also ``{out}/report.json``)."""
+    cfg.validate()
+    model_args, src, tgt = read_verifier_config(cfg.checkpoint)
+    chain = StepChain(cfg.out)
+    started = time.monotonic()
+    for split in ("train", "valid"):
+        folder = cfg.out / f"distill-{split}"
+        dcfg = distill.DistillConfig(data=cfg.data, checkpoint=cfg.checkpoint, out=folder,
+                                     split=split, beam=cfg.beam, threads=cfg.threads,
+                                     batch_size=256)
+        chain.run(f"distill-{split}", {"beam": cfg.beam, "checkpoint": str(cfg.checkpoint)},
+                  [folder / f"{split}.{src}-{tgt}.{tgt}.bin"],
+                  lambda dcfg=dcfg: distill.run(dcfg))
+    data = cfg.out / "data"
+    assemble_data(data, cfg.out / "distill-train", cfg.out / "distill-valid", src, tgt)
+    save_dir = cfg.out / "checkpoints"
+    flags = train_flags(cfg, data, model_args, src, tgt, save_dir)
+    info = train_recipe.train(flags, save_dir, cfg.out / "train.log", cfg.threads, REPO_ROOT)
+    from nmt_specdec.head_report import acceptance_report, finish_checkpoint
+
+    model_path = cfg.out / "model.pt"
+    finish_checkpoint(Path(info.checkpoint), cfg.checkpoint, model_path)
+    report = acceptance_report(model_path, data, "valid", list(range(1, cfg.k + 1)),
+                               cfg.valid_sentences, cfg.threads)
+    report.update(train=asdict(info), command=" ".join(sys.argv),
+                  wall_minutes=(time.monotonic() - started) / 60, config=_jsonable(cfg))
+    with atomic_text(cfg.out / REPORT) as handle:
+        json.dump(report, handle, indent=1)
+    LOG.info("wrote %s (verifier bit-identical to %s)", model_path, cfg.checkpoint)
+    return report
+
+
+def _jsonable(cfg: AddHeadConfig) -> Dict:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = AddHeadConfig(Path("."), Path("."), Path("."))
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="stock fairseq transformer checkpoint (the verifier)")
+    p.add_argument("--data", type=Path, required=True, help="its binarized data directory")
+    p.add_argument("--out", type=Path, required=True, help="working/output directory")
+    for name in ("k", "layers", "vocab_size", "cuts", "beam", "max_tokens", "threads",
+                 "valid_sentences"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
+                   help="wall-clock limit of the training step")
+    p.add_argument("--lr", type=float, default=d.lr)
+    return p
+
+
+def main(argv: List[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    setup_logging()
+    return report_user_errors(lambda: _print(run(AddHeadConfig(**args))))
+
+
+def _print(report: Dict) -> None:
+    from nmt_specdec.head_report import format_report
+
+    print(format_report(report))

@@ -1,0 +1,98 @@
+"""After a draft head is trained: the shipped checkpoint and its acceptance figures.
+
+``finish_checkpoint`` writes the checkpoint without optimizer state, refusing
+to if any verifier weight differs from the stock model it was attached to.
+``acceptance_report`` decodes a split with beta=1 at several K and reports
+tokens per iteration, acceptance per slot and agreement with greedy (K=0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+from nmt_specdec.checkpoint_safety import load_checkpoint
+from nmt_specdec.errors import UserError
+
+# Training-only state that a decoding checkpoint does not need.
+_DROP = ("last_optimizer_state",)
+
+
+def finish_checkpoint(trained: Path, verifier: Path, out: Path) -> None:
+    """Copies ``trained`` to ``out`` without optimizer state, after checking that
+    every weight of the stock ``verifier`` checkpoint is bit-identical in it.
+
+    Raises:
+        UserError: a verifier weight changed (or is missing).
+    """
+    state = load_checkpoint(str(trained))
+    stock = load_checkpoint(str(verifier))["model"]
+    changed = [name for name, value in stock.items()
+               if name not in state["model"] or not torch.equal(state["model"][name], value)]
+    if changed:
+        raise UserError(f"{trained}: verifier weights differ from {verifier} "
+                        f"({len(changed)} tensors, e.g. {changed[0]})")
+    slim = {key: value for key, value in state.items() if key not in _DROP}
+    extra = dict(slim.get("extra_state") or {})
+    extra.pop("train_iterator", None)
+    slim["extra_state"] = extra
+    tmp = out.with_name(out.name + ".tmp")
+    torch.save(slim, tmp)
+    tmp.replace(out)
+
+
+def _batches(dataset, count: int, size: int):
+    for start in range(0, count, size):
+        yield dataset.collater([dataset[i] for i in range(start, min(start + size, count))])
+
+
+def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
+                      sentences: int, threads: int, batch_size: int = 32) -> Dict:
+    """Decodes the first ``sentences`` of ``split`` with beta=1 for each K in ``ks``.
+
+    Returns:
+        ``{"split", "sentences", "rows": [{"k", "tokens_per_iteration",
+        "slot_acceptance", "same_as_greedy"}]}``; K=0 (greedy) is the reference.
+    """
+    from fairseq import checkpoint_utils
+
+    import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
+    from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
+
+    torch.set_num_threads(threads)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    count = min(sentences, len(dataset))
+    rules = LengthRules(max_len_a=1.2, max_len_b=10, max_positions=model.max_decoder_positions())
+    rows, greedy = [], None
+    for k in [0] + [k for k in ks if k > 0]:
+        generator = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules)
+        outputs = []
+        for batch in _batches(dataset, count, batch_size):
+            order = batch["id"].tolist()
+            hyps = generator.generate([model], batch)
+            outputs += sorted(zip(order, (h[0]["tokens"].tolist() for h in hyps)))
+        tokens = [t for _, t in sorted(outputs)]
+        greedy = tokens if k == 0 else greedy
+        stats = generator.stats
+        rows.append({"k": k, "tokens_per_iteration": round(stats.mean_accepted_tokens, 3),
+                     "slot_acceptance": [round(a, 3) for a in stats.slot_acceptance()],
+                     "same_as_greedy": sum(a == b for a, b in zip(tokens, greedy))})
+    return {"split": split, "sentences": count, "rows": rows}
+
+
+def format_report(report: Dict) -> str:
+    """A markdown table of :func:`acceptance_report`'s rows."""
+    lines = [f"{report['split']}: {report['sentences']} sentences, beta=1",
+             "| K | tokens/iteration | = greedy | acceptance per slot |",
+             "|---:|---:|---:|---|"]
+    for row in report["rows"]:
+        slots = " ".join(f"{a:.2f}" for a in row["slot_acceptance"])
+        lines.append(f"| {row['k']} | {row['tokens_per_iteration']:.2f} | "
+                     f"{row['same_as_greedy']} | {slots} |")
+    return "\n".join(lines)
