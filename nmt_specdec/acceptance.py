@@ -83,6 +83,10 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
     num_slots = drafts.size(1)
+    if num_slots == 0:  # plain greedy: the top-1 of the one position
+        correction = lprobs[:, 0].topk(1, dim=-1).indices.squeeze(1)
+        return Acceptance(drafts.new_zeros(drafts.shape, dtype=torch.bool),
+                          correction.new_zeros(correction.shape), correction)
     scored = lprobs[:, :num_slots]  # (B, K, V)
     best = scored.amax(dim=-1)  # (B, K)
     draft_scores = scored.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # (B, K)
@@ -117,6 +121,10 @@ def commit_tokens(drafts: Tensor, acceptance: Acceptance, eos: int, pad: int) ->
         The :class:`Commit` for each row.
     """
     batch, num_slots = drafts.shape
+    if num_slots == 0:  # one token per row: the correction
+        tokens = acceptance.correction.unsqueeze(1)  # (B, 1)
+        finished = acceptance.correction == eos
+        return Commit(tokens, torch.ones_like(acceptance.correction), finished)
     slot = torch.arange(num_slots + 1, device=drafts.device).unsqueeze(0)  # (1, K+1)
     tokens = torch.cat([drafts, drafts.new_full((batch, 1), pad)], dim=1)  # (B, K+1)
     tokens = tokens.scatter(1, acceptance.num_accepted.unsqueeze(1), acceptance.correction.unsqueeze(1))

@@ -30,7 +30,7 @@ Shapes: B rows, K draft slots, C model dim, V draft vocabulary, S source.
 from __future__ import annotations
 
 import copy
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -104,7 +104,7 @@ class DraftHead(nn.Module):
         return self.verifier_output_weight()
 
     def block_inputs(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
-                     num_slots: int) -> Tensor:
+                     num_slots: int, position_table: Optional[Callable] = None) -> Tensor:
         """The anchor and K mask slots, (B, K+1, C).
 
         Args:
@@ -113,6 +113,8 @@ class DraftHead(nn.Module):
             last_tokens: (B,) last committed token c.
             positions: (B,) its 0-based position p.
             num_slots: K.
+            position_table: looks positions up (decoding passes a precomputed
+                table; default: the verifier's positional module).
         """
         verifier = self.verifier
         offsets = torch.arange(num_slots + 1, device=positions.device)
@@ -120,7 +122,9 @@ class DraftHead(nn.Module):
         anchor = self.embed_scale * verifier.embed_tokens(last_tokens) + self.state_proj(states)
         masks = self.mask_embedding.to(anchor.dtype).expand(anchor.size(0), num_slots, -1)
         x = torch.cat([anchor.unsqueeze(1), masks], dim=1)  # (B, K+1, C)
-        if verifier.embed_positions is not None:
+        if position_table is not None:
+            x = x + position_table(block_positions)
+        elif verifier.embed_positions is not None:
             x = x + embed_positions_at(verifier.embed_positions, block_positions)
         if verifier.layernorm_embedding is not None:
             x = verifier.layernorm_embedding(x)

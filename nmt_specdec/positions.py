@@ -39,3 +39,30 @@ def embed_positions_at(module: nn.Module, positions: Tensor) -> Tensor:
             *index.shape, -1
         ).detach()
     raise TypeError(f"unsupported positional embedding {type(module).__name__}")
+
+
+class PositionTable:
+    """A fairseq positional module's embeddings as one table, looked up by 0-based
+    position with a single op (no growth check, hence no host synchronisation).
+
+    Args:
+        module: a ``LearnedPositionalEmbedding`` or ``SinusoidalPositionalEmbedding``.
+        size: positions 0..size-1 are looked up (learned tables have their own size;
+            later positions reuse the last one, as fairseq's max-positions clamp does).
+    """
+
+    def __init__(self, module: nn.Module, size: int):
+        self.offset = module.padding_idx + 1  # fairseq's numbering
+        if isinstance(module, LearnedPositionalEmbedding):
+            self.weight = module.weight.detach()
+        elif isinstance(module, SinusoidalPositionalEmbedding):
+            device = module.weights.device if module.weights is not None else "cpu"
+            self.weight = module.get_embedding(size + self.offset, module.embedding_dim,
+                                               module.padding_idx).to(device)
+        else:
+            raise TypeError(f"unsupported positional embedding {type(module).__name__}")
+        self.last = self.weight.size(0) - 1 - self.offset
+
+    def __call__(self, positions: Tensor) -> Tensor:
+        """(..., ) 0-based positions -> (..., C) embeddings."""
+        return F.embedding(positions.clamp(max=self.last) + self.offset, self.weight)

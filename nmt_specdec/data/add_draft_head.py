@@ -5,7 +5,9 @@ One resumable command (``nmt-specdec-add-draft-head``, ``scripts/add_draft_head.
 1. ``distill``: the verifier translates the training (and valid) source itself,
    greedy by default: with beta=1 SpecDec accepts exactly what the verifier's
    greedy search picks, so that is what the head must learn to draft
-   (:mod:`nmt_specdec.data.distill`, resumable chunks);
+   (:mod:`nmt_specdec.data.distill`, resumable chunks). The head needs no
+   references, so ``--extra-source`` adds monolingual source text (e.g. more
+   sentence-like than the training corpus), translated the same way;
 2. ``train``: ``fairseq-train`` with ``--init-from-ar-checkpoint
    --freeze-verifier`` on the distilled targets; the head learns from random
    cuts of them (:mod:`nmt_specdec.draft_examples`); ``--budget-minutes`` bounds
@@ -61,6 +63,10 @@ class AddHeadConfig:
         lr: peak learning rate (inverse square root schedule).
         threads: CPU threads.
         valid_sentences: valid sentences decoded for the acceptance report.
+        extra_source: raw source-language text, one sentence per line, whose
+            verifier translations are added to the head's training data.
+        spm_model: SentencePiece model that encodes ``extra_source``.
+        extra_max_lines: use at most this many lines of ``extra_source``.
     """
 
     checkpoint: Path
@@ -76,6 +82,9 @@ class AddHeadConfig:
     lr: float = 1e-3
     threads: int = 2
     valid_sentences: int = 500
+    extra_source: Path | None = None
+    spm_model: Path | None = None
+    extra_max_lines: int = 200_000
 
     def validate(self) -> None:
         if not self.checkpoint.is_file():
@@ -88,6 +97,12 @@ class AddHeadConfig:
                 raise RecipeError(f"{flag} must be >= 1, got {value}")
         if self.budget_minutes <= 0:
             raise RecipeError("--budget-minutes must be > 0")
+        if self.extra_source is not None:
+            if not self.extra_source.is_file():
+                raise RecipeError(f"--extra-source {self.extra_source} does not exist")
+            if self.spm_model is None or not self.spm_model.is_file():
+                raise RecipeError("--extra-source needs --spm-model (the model's "
+                                  "SentencePiece model)")
 
 
 def verifier_arch_flags(model_args: argparse.Namespace) -> List[str]:
@@ -157,11 +172,38 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
     return flags + ([] if torch.cuda.is_available() else ["--cpu"])
 
 
-def assemble_data(out: Path, train_dir: Path, valid_dir: Path, src: str, tgt: str) -> None:
-    """One data directory with the distilled train and valid splits."""
+def encode_extra_source(cfg: AddHeadConfig, out: Path, src: str, tgt: str) -> None:
+    """``--extra-source`` as a binarized ``train1`` source split beside the dictionaries."""
+    import sentencepiece
+    from fairseq.data import Dictionary
+
     out.mkdir(parents=True, exist_ok=True)
-    links = {f"dict.{lang}.txt": train_dir for lang in (src, tgt)}
-    for split, folder in (("train", train_dir), ("valid", valid_dir)):
+    for lang in (src, tgt):
+        link = out / f"dict.{lang}.txt"
+        link.unlink(missing_ok=True)
+        os.symlink((cfg.data / f"dict.{lang}.txt").resolve(), link)
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(cfg.spm_model))
+    pieces = out / "train1.pieces"
+    count = 0
+    with open(cfg.extra_source, encoding="utf-8", errors="replace") as lines, \
+            atomic_text(pieces) as handle:
+        for line in lines:
+            text = " ".join(line.split())
+            if text:
+                handle.write(" ".join(spm.encode(text, out_type=str)) + "\n")
+                count += 1
+            if count >= cfg.extra_max_lines:
+                break
+    dictionary = Dictionary.load(str(cfg.data / f"dict.{src}.txt"))
+    distill.binarize_chunks([pieces], dictionary, out / f"train1.{src}-{tgt}.{src}")
+    LOG.info("extra source: %d sentences from %s", count, cfg.extra_source)
+
+
+def assemble_data(out: Path, folders: Dict[str, Path], src: str, tgt: str) -> None:
+    """One data directory with the distilled splits (``folders``: split -> dir)."""
+    out.mkdir(parents=True, exist_ok=True)
+    links = {f"dict.{lang}.txt": folders["train"] for lang in (src, tgt)}
+    for split, folder in folders.items():
         for lang in (src, tgt):
             for ext in ("bin", "idx"):
                 links[f"{split}.{src}-{tgt}.{lang}.{ext}"] = folder
@@ -177,16 +219,23 @@ def run(cfg: AddHeadConfig) -> Dict:
     model_args, src, tgt = read_verifier_config(cfg.checkpoint)
     chain = StepChain(cfg.out)
     started = time.monotonic()
-    for split in ("train", "valid"):
+    splits = {"train": cfg.data, "valid": cfg.data}
+    if cfg.extra_source is not None:
+        extra = cfg.out / "extra-source"
+        chain.run("extra-source", {"file": str(cfg.extra_source), "lines": cfg.extra_max_lines},
+                  [extra / f"train1.{src}-{tgt}.{src}.bin"],
+                  lambda: encode_extra_source(cfg, extra, src, tgt))
+        splits["train1"] = extra  # fairseq concatenates train, train1, ...
+    for split, source_dir in splits.items():
         folder = cfg.out / f"distill-{split}"
-        dcfg = distill.DistillConfig(data=cfg.data, checkpoint=cfg.checkpoint, out=folder,
+        dcfg = distill.DistillConfig(data=source_dir, checkpoint=cfg.checkpoint, out=folder,
                                      split=split, beam=cfg.beam, threads=cfg.threads,
                                      batch_size=256)
         chain.run(f"distill-{split}", {"beam": cfg.beam, "checkpoint": str(cfg.checkpoint)},
                   [folder / f"{split}.{src}-{tgt}.{tgt}.bin"],
                   lambda dcfg=dcfg: distill.run(dcfg))
     data = cfg.out / "data"
-    assemble_data(data, cfg.out / "distill-train", cfg.out / "distill-valid", src, tgt)
+    assemble_data(data, {split: cfg.out / f"distill-{split}" for split in splits}, src, tgt)
     save_dir = cfg.out / "checkpoints"
     flags = train_flags(cfg, data, model_args, src, tgt, save_dir)
     info = train_recipe.train(flags, save_dir, cfg.out / "train.log", cfg.threads, REPO_ROOT)
@@ -221,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
                    help="wall-clock limit of the training step")
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--extra-source", type=Path, default=None,
+                   help="monolingual source text (one sentence per line) whose verifier "
+                   "translations are added to the head's training data")
+    p.add_argument("--spm-model", type=Path, default=None,
+                   help="SentencePiece model that encodes --extra-source")
+    p.add_argument("--extra-max-lines", type=int, default=d.extra_max_lines)
     return p
 
 

@@ -138,11 +138,14 @@ def _notes(cfg: DingConfig) -> list[str]:
     ]
 
 
-def run(cfg: DingConfig) -> dict[str, str]:
+def run(cfg: DingConfig, raw_only: bool = False) -> dict[str, str]:
     """Run (or reuse) every step of the recipe.
 
     Args:
         cfg: Recipe settings.
+        raw_only: stop after the cleaned, split plain text (``raw/``), e.g. to
+            decode the test split with a model that brings its own
+            SentencePiece model and dictionaries.
 
     Returns:
         Step name -> ``"built"`` or ``"reused"``.
@@ -163,6 +166,8 @@ def run(cfg: DingConfig) -> dict[str, str]:
                       "mtime": int(stat.st_mtime), **asdict(cfg.split_config())},
               splits.split_paths(raw_dir, LANGS) + [cfg.out / "DATA_CARD.md"],
               lambda: build_raw(cfg, corpus))
+    if raw_only:
+        return dict(chain.status)
     spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers)
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
              bin_dir)

@@ -12,7 +12,7 @@ Shapes: L layers, B rows, H heads, T slots, D head dim, N new positions.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -37,37 +37,55 @@ class StaticKVCache:
         self._rows = torch.arange(batch, device=like.device).unsqueeze(1)  # (B, 1)
         self._pass_width = 0  # T' of the current pass
         self._slots: Tensor = self._rows  # (B, N) slot of each new position
+        self._uniform_start: Optional[int] = None  # set when every row starts there
 
     @property
     def slots(self) -> int:
         return self.key.size(3)
 
-    def begin_pass(self, start: Tensor, new: int, start_max: int) -> Tensor:
+    def begin_pass(self, start: Tensor, new: int, start_max: int,
+                   uniform: bool = False) -> Optional[Tensor]:
         """Prepares a pass that writes ``new`` inputs per row from slot ``start[b]``.
 
         Args:
             start: (B,) first slot to write per row (its committed inputs so far).
             new: N.
             start_max: ``max(start)`` as a host int (the loop knows it without a sync).
+            uniform: every row starts at ``start_max`` (batch 1, or greedy steps):
+                writes become one slice copy and the mask is shared by all rows.
 
         Returns:
-            (B, 1, N, T') bool attention mask, T' = start_max + N: new input j of
-            row b sees slots ``<= start[b] + j``.
+            (B or 1, 1, N, T') bool attention mask, T' = start_max + N: new input j
+            of row b sees slots ``<= start[b] + j``; None when nothing is masked
+            (one new position at a uniform start).
         """
-        offsets = torch.arange(new, device=start.device)
-        self._slots = start.unsqueeze(1) + offsets  # (B, N)
         self._pass_width = start_max + new
         self.width = max(self.width, self._pass_width)
+        if uniform:
+            self._uniform_start = start_max
+            if new == 1:
+                return None
+            key_slot = torch.arange(self._pass_width, device=start.device)
+            query_slot = torch.arange(start_max, self._pass_width, device=start.device)
+            return (key_slot <= query_slot.unsqueeze(1))[None, None]  # (1, 1, N, T')
+        self._uniform_start = None
+        offsets = torch.arange(new, device=start.device)
+        self._slots = start.unsqueeze(1) + offsets  # (B, N)
         key_slot = torch.arange(self._pass_width, device=start.device)
         return (key_slot <= self._slots.unsqueeze(2)).unsqueeze(1)  # (B, 1, N, T')
 
     def store(self, layer: int, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor]:
         """Writes one layer's new (B, H, N, D) keys/values; returns its (B, H, T', D) view."""
+        used = self._pass_width
+        if self._uniform_start is not None:
+            start = self._uniform_start
+            self.key[layer, :, :, start:used] = key
+            self.value[layer, :, :, start:used] = value
+            return self.key[layer, :, :, :used], self.value[layer, :, :, :used]
         rows = self._rows[: key.size(0)]
         # Advanced indices (B, N) around a slice put (B, N) first: (B, N, H, D).
         self.key[layer][rows, :, self._slots] = key.transpose(1, 2)
         self.value[layer][rows, :, self._slots] = value.transpose(1, 2)
-        used = self._pass_width
         return self.key[layer, :, :, :used], self.value[layer, :, :, :used]
 
     def keep_rows(self, rows: Tensor) -> None:

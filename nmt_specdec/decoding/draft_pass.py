@@ -25,6 +25,7 @@ from nmt_specdec.decoding.layers import (
 )
 from nmt_specdec.decoding.verifier_pass import EncoderOut, encoder_memory
 from nmt_specdec.draft_head import DraftHead
+from nmt_specdec.positions import PositionTable
 
 
 def _no_cache(layer: int, key: Tensor, value: Tensor):
@@ -41,6 +42,9 @@ class LeanDraftHead:
 
     def __init__(self, head: DraftHead, pad: int):
         self.head = head
+        verifier = head.verifier
+        self.positions = (None if verifier.embed_positions is None else
+                          PositionTable(verifier.embed_positions, 2 * verifier.max_positions()))
         self.layers = [layer_weights(layer) for layer in head.layers]
         self.output_t = head.output_weight().detach().t().contiguous()  # (C, V)
         norm = head.layer_norm
@@ -64,7 +68,7 @@ class LeanDraftHead:
     def propose(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
                 num_slots: int) -> Tensor:
         """(B, K) greedy drafts (see :meth:`DraftHead.block_inputs` for the inputs)."""
-        x = self.head.block_inputs(states, last_tokens, positions, num_slots)
+        x = self.head.block_inputs(states, last_tokens, positions, num_slots, self.positions)
         attention = SelfAttention(_no_cache, None)
         for index, weights in enumerate(self.layers):
             x = layer_pass(weights, index, x, attention, self.cross[index])

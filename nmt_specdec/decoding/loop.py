@@ -137,40 +137,45 @@ class SpecDecGenerator(nn.Module):
     def decode(self, verifier: LeanVerifier, encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
         batch, k_max = max_len.numel(), self.options.k
-        width = int(max_len.max()) + k_max + 2  # committed tokens never pass max_len + 1
+        limits = max_len.tolist()
+        width = max(limits) + k_max + 2  # committed tokens never pass max_len + 1
         cross = verifier.cross_states(encoder_out)
         cache = self._cache = verifier.new_cache(batch, width)  # kept for inspection
         rows = self._start_rows(max_len, bos, width, verifier.embed)
         finished: List[Optional[tuple]] = [None] * batch
-        longest, room = 1, int(max_len.max())  # host copies: max(lengths), max(max_len - steps)
-        # Rows: drafted per slot, accepted per slot, [iterations, committed tokens].
-        tally = torch.zeros(3, k_max + 2, dtype=torch.long, device=max_len.device)
+        # Host-side facts that need no synchronisation: every row commits at least
+        # one token per turn, so after t turns every row has >= t output tokens.
+        turn, longest, uniform = 0, 1, True
+        trace: List[tuple] = []  # (K, accepted (B,), committed (B,)) per turn, for the stats
         while rows.index.numel() > 0:
             started = time.perf_counter()
             batch_rows = rows.index.numel()
-            k = self.k_policy.choose(min(k_max, room), batch_rows)
+            k = self.k_policy.choose(max(0, min(k_max, max(limits) - turn)), batch_rows)
+            # Rows stay aligned while nothing is drafted, and a single row always is.
+            uniform = batch_rows == 1 or (uniform and k == 0)
+            # No row has fewer than `turn` or more than `longest - 1` output tokens.
+            checks = (turn < self.rules.min_len, longest - 1 + k >= min(limits))
             rows, commit, num_accepted = self._iteration(verifier, rows, cache, cross, k,
-                                                         longest)
-            self._tally(tally, num_accepted, commit.counts, k)
+                                                         longest, uniform, checks)
+            trace.append((k, num_accepted, commit.counts))
             # The one host synchronisation of the iteration.
-            steps = rows.lengths - 1
-            room_left = (rows.max_len - steps).masked_fill(commit.finished, -1).max()
-            pulled = [rows.lengths.max().view(1), room_left.view(1), commit.finished.long()]
+            pulled = [rows.lengths.max().view(1), commit.finished.long()]
             if self.k_policy.wants_counts:
                 pulled.append(num_accepted)
             flags = torch.cat(pulled).tolist()
-            longest, room = flags[0], flags[1]
+            longest, turn = flags[0], turn + 1
             self.stats.k_chosen[k] = self.stats.k_chosen.get(k, 0) + 1
-            self.k_policy.observe(flags[2 + batch_rows:], k, time.perf_counter() - started)
-            if any(flags[2: 2 + batch_rows]):
-                done = commit.finished
-                keep = self._collect(rows, done, finished)
+            self.k_policy.observe(flags[1 + batch_rows:], k, time.perf_counter() - started)
+            if any(flags[1: 1 + batch_rows]):
+                keep = self._collect(rows, commit.finished, finished)
                 rows = Rows(*(field.index_select(0, keep) for field in rows))
                 cache.keep_rows(keep)
                 cross = verifier.keep_rows(cross, keep)
                 self.drafter.keep_rows(keep)
-        drafted, accepted, totals = tally.tolist()
-        self.stats.add_tally(drafted[:k_max], accepted[:k_max], totals[0], totals[1])
+                limits = rows.max_len.tolist()
+                if keep.numel():  # the longest row may have left (a rare, second read)
+                    longest = int(rows.lengths.max())
+        self._add_trace(trace, k_max)
         return finished
 
     def _start_rows(self, max_len: Tensor, bos: int, width: int, like: Tensor) -> Rows:
@@ -188,7 +193,7 @@ class SpecDecGenerator(nn.Module):
         )
 
     def _iteration(self, verifier: LeanVerifier, rows: Rows, cache, cross, k: int,
-                   longest: int):
+                   longest: int, uniform: bool, checks: tuple):
         steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
         last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
         # 1. draft
@@ -198,12 +203,13 @@ class SpecDecGenerator(nn.Module):
         else:
             drafts = last.new_zeros(last.size(0), 0)
         # 2. verify
-        hidden = verifier.forward(torch.cat([last, drafts], 1), steps, longest - 1, cache,
-                                  cross)  # (B, K+1, C)
+        inputs = torch.cat([last, drafts], 1) if k > 0 else last
+        hidden = verifier.forward(inputs, steps, longest - 1, cache, cross,
+                                  uniform)  # (B, K+1, C)
         logits = verifier.logits(hidden)  # (B, K+1, V)
         lse = normaliser(logits)  # before the constraints, as fairseq normalises
         predicted_step = steps.unsqueeze(1) + torch.arange(k + 1, device=steps.device)
-        constrain_logits_(logits, predicted_step, rows.max_len, self.rules)
+        constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
         # 3. accept and commit
         acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
         commit = commit_tokens(drafts, acceptance, self.eos, self.pad)
@@ -218,14 +224,19 @@ class SpecDecGenerator(nn.Module):
         )
         return rows, commit, acceptance.num_accepted
 
-    @staticmethod
-    def _tally(tally: Tensor, num_accepted: Tensor, counts: Tensor, k: int) -> None:
-        """Device-side statistics (read once per batch): no sync per iteration."""
-        slots = torch.arange(k, device=tally.device)
-        tally[0, :k] += num_accepted.numel()
-        tally[1, :k] += (num_accepted.unsqueeze(1) > slots).sum(0)
-        tally[2, 0] += num_accepted.numel()
-        tally[2, 1] += counts.sum()
+    def _add_trace(self, trace: List[tuple], k_max: int) -> None:
+        """Adds a batch's turns to the statistics: a few tensor ops, one read."""
+        if not trace:
+            return
+        accepted = torch.cat([t[1] for t in trace])  # (R,) over all row-turns
+        drafted_k = torch.cat([t[1].new_full(t[1].shape, t[0]) for t in trace])  # (R,)
+        slots = torch.arange(k_max, device=accepted.device)
+        drafted = (drafted_k.unsqueeze(1) > slots).sum(0)
+        hits = ((accepted.unsqueeze(1) > slots) & (drafted_k.unsqueeze(1) > slots)).sum(0)
+        tokens = torch.cat([t[2] for t in trace]).sum().view(1)
+        values = torch.cat([drafted, hits, tokens]).tolist()
+        self.stats.add_tally(values[:k_max], values[k_max: 2 * k_max], int(accepted.numel()),
+                             values[-1])
 
     def _collect(self, rows: Rows, done: Tensor, finished: List[Optional[tuple]]) -> Tensor:
         """Stores finished rows at their input position; returns the survivors' indices."""

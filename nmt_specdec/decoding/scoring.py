@@ -32,7 +32,8 @@ class Constraints(NamedTuple):
     unk_penalty: float = 0.0
 
 
-def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints) -> Tensor:
+def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints,
+                      check_min_len: bool = True, check_max_len: bool = True) -> Tensor:
     """Applies the constraints in place (columns, and whole rows only at max_len).
 
     Args:
@@ -40,6 +41,8 @@ def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Con
         steps: (B, N) output step (0-based, BOS excluded) each position predicts.
         max_len: (B,) step at which EOS is forced.
         rules: the constraints.
+        check_min_len, check_max_len: False when the caller knows that no step is
+            below ``min_len`` (or at ``max_len``): those rules are then skipped.
 
     Returns:
         ``logits``, modified.
@@ -47,10 +50,14 @@ def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Con
     logits[:, :, rules.pad] = -math.inf
     if rules.unk_penalty:
         logits[:, :, rules.unk] -= rules.unk_penalty
+    if not (check_min_len or check_max_len):
+        return logits
     eos = logits[:, :, rules.eos].clone()  # (B, N)
-    eos = eos.masked_fill(steps < rules.min_len, -math.inf)
-    at_max = steps >= max_len.unsqueeze(1)  # (B, N)
-    logits.masked_fill_(at_max.unsqueeze(2), -math.inf)
+    if check_min_len:
+        eos = eos.masked_fill(steps < rules.min_len, -math.inf)
+    if check_max_len:
+        at_max = steps >= max_len.unsqueeze(1)  # (B, N)
+        logits.masked_fill_(at_max.unsqueeze(2), -math.inf)
     logits[:, :, rules.eos] = eos
     return logits
 

@@ -25,7 +25,7 @@ from nmt_specdec.decoding.layers import (
     layer_weights,
 )
 from nmt_specdec.errors import UserError
-from nmt_specdec.positions import embed_positions_at
+from nmt_specdec.positions import PositionTable
 
 EncoderOut = Dict[str, List[Tensor]]
 
@@ -60,6 +60,9 @@ class LeanVerifier:
         norm = decoder.layernorm_embedding
         self.embed_norm = None if norm is None else (norm.weight.detach(), norm.bias.detach(),
                                                      norm.eps)
+        # Twice the model's positions: drafts past the length limit stay in the table.
+        self.positions = (None if decoder.embed_positions is None else
+                          PositionTable(decoder.embed_positions, 2 * decoder.max_positions()))
 
     def cross_states(self, encoder_out: EncoderOut) -> List[CrossKV]:
         """Every layer's encoder keys/values for a batch (computed once)."""
@@ -77,14 +80,14 @@ class LeanVerifier:
     def embed_inputs(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """(B, N) tokens at (B, N) 0-based positions -> (B, N, C), as fairseq embeds."""
         x = self.decoder.embed_scale * F.embedding(tokens, self.embed)
-        if self.decoder.embed_positions is not None:
-            x = x + embed_positions_at(self.decoder.embed_positions, positions)
+        if self.positions is not None:
+            x = x + self.positions(positions)
         if self.embed_norm is not None:
             x = F.layer_norm(x, x.shape[-1:], *self.embed_norm)
         return x
 
     def forward(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
-                cross: List[CrossKV]) -> Tensor:
+                cross: List[CrossKV], uniform: bool = False) -> Tensor:
         """Scores N new inputs per row, writing their keys/values into the cache.
 
         Args:
@@ -93,12 +96,13 @@ class LeanVerifier:
             start_max: ``max(start)`` as a host int.
             cache: the batch's cache (slots ``< start[b]`` hold row b's prefix).
             cross: per-layer encoder keys/values of the same rows.
+            uniform: every row starts at ``start_max`` (see ``StaticKVCache.begin_pass``).
 
         Returns:
             (B, N, C) final hidden states: input j's state predicts the token after it.
         """
         new = tokens.size(1)
-        mask = cache.begin_pass(start, new, start_max)
+        mask = cache.begin_pass(start, new, start_max, uniform)
         positions = start.unsqueeze(1) + torch.arange(new, device=tokens.device)  # (B, N)
         x = self.embed_inputs(tokens, positions)
         attention = SelfAttention(cache.store, mask)

@@ -1,0 +1,148 @@
+"""What one SpecDec iteration costs, in stock greedy steps (issue #12's yardstick).
+
+For each model shape and batch size, the same sentences are decoded by fairseq's
+``SequenceGenerator`` (greedy) and by the engine at several K, interleaved,
+``--repeats`` times; the median seconds are divided by loop turns (stock: one
+decoding step per turn, i.e. the longest output of each batch; engine: one
+draft+verify iteration per turn). A turn's cost is what speed divides by; the
+tokens it commits (tok/iter) is what speed multiplies by.
+
+Shapes measured: the given checkpoint (e.g. the reference verifier with its
+draft head) and, with ``--base-shape``, a random-weight
+``specdec_transformer_wmt_en_de`` (Transformer-base, 6+6 layers, d=512) over the
+same dictionary: cost does not depend on the weights.
+Entry point: ``scripts/benchmark_iteration_cost.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Dict, List, Tuple
+
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
+
+Config = Tuple[str, int]  # ("stock", 0) or ("engine", K)
+
+
+def _batches(dataset, count: int, size: int) -> List[dict]:
+    return [dataset.collater([dataset[i] for i in range(s, min(s + size, count))])
+            for s in range(0, count, size)]
+
+
+def _decode(generator, model, batches: List[dict]) -> Tuple[float, int, float]:
+    """(seconds, loop turns, committed tokens per iteration) of one pass."""
+    turns, start = 0, time.perf_counter()
+    with torch.no_grad():
+        for batch in batches:
+            hyps = generator.generate([model], batch)
+            turns += max(len(h[0]["tokens"]) for h in hyps)  # stock: one step per token
+    seconds = time.perf_counter() - start
+    stats = getattr(generator, "stats", None)
+    if stats is None:
+        return seconds, turns, 1.0
+    return seconds, sum(stats.k_chosen.values()), stats.mean_accepted_tokens
+
+
+def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[int],
+            repeats: int, max_len_a: float, max_len_b: int) -> List[Dict]:
+    """Rows of one model at one batch size (first row: stock greedy)."""
+    batches = _batches(dataset, min(sentences, len(dataset)), batch_size)
+    rules = LengthRules(max_len_a=max_len_a, max_len_b=max_len_b,
+                        max_positions=model.max_decoder_positions())
+    configs: List[Config] = [("stock", 0)] + [("engine", k) for k in ks]
+    generators = {
+        ("stock", 0): SequenceGenerator([model], tgt_dict, beam_size=1, max_len_a=max_len_a,
+                                        max_len_b=max_len_b),
+        **{("engine", k): SpecDecGenerator(model, tgt_dict, SpecDecOptions(k=k), rules)
+           for k in ks},
+    }
+    results: Dict[Config, List[Tuple[float, int, float]]] = {c: [] for c in configs}
+    for config in configs:  # warm-up
+        _decode(generators[config], model, batches[:1])
+    for repeat in range(repeats):
+        for i in range(len(configs)):
+            config = configs[(i + repeat) % len(configs)]
+            generator = generators[config]
+            if config[0] == "engine":
+                generator.stats = type(generator.stats)()
+            results[config].append(_decode(generator, model, batches))
+    stock_turn = statistics.median(s / t for s, t, _ in results[("stock", 0)])
+    rows = []
+    for config in configs:
+        seconds = statistics.median(s for s, _, _ in results[config])
+        turn = statistics.median(s / t for s, t, _ in results[config])
+        rows.append({"decoder": "stock greedy" if config[0] == "stock" else f"engine K={config[1]}",
+                     "batch": batch_size, "seconds": seconds, "ms_per_turn": 1e3 * turn,
+                     "turn_over_stock_step": turn / stock_turn,
+                     "tokens_per_iteration": results[config][0][2]})
+    return rows
+
+
+def random_base_model(task, seed: int = 1):
+    """Transformer-base SpecDec model with random weights over the task's dictionaries."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        "x", "--task", "translation_specdec", "--arch", "specdec_transformer_wmt_en_de",
+        "--share-all-embeddings", "--cpu", "--criterion", "specdec_joint_loss"])
+    torch.manual_seed(seed)
+    saved = task.cfg.init_from_ar_checkpoint
+    task.cfg.init_from_ar_checkpoint = None  # random weights, not the checkpoint's verifier
+    try:
+        return task.build_model(args).eval()
+    finally:
+        task.cfg.init_from_ar_checkpoint = saved
+
+
+def format_rows(name: str, rows: List[Dict]) -> str:
+    lines = []
+    for row in rows:
+        lines.append(f"| {name} | {row['batch']} | {row['decoder']} | {row['seconds']:.3f} | "
+                     f"{row['ms_per_turn']:.2f} | {row['turn_over_stock_step']:.2f}x | "
+                     f"{row['tokens_per_iteration']:.2f} |")
+    return "\n".join(lines)
+
+
+HEADER = ("| model | batch | decoder | seconds | ms per turn | turn / stock step | tok/iter |\n"
+          "|---|---:|---|---:|---:|---:|---:|")
+
+
+def main(argv: List[str] | None = None) -> int:
+    import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
+    from fairseq import checkpoint_utils
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", default="test")
+    p.add_argument("--sentences", type=int, default=100)
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--ks", type=int, nargs="+", default=[0, 4, 10])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-len-a", type=float, default=1.2)
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--base-shape", action="store_true",
+                   help="also measure a random-weight Transformer-base (wmt_en_de shape)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [args.checkpoint], arg_overrides={"data": args.data})
+    task.load_dataset(args.split)
+    shapes = [("checkpoint", models[0].eval())]
+    if args.base_shape:
+        shapes.append(("transformer-base (random)", random_base_model(task)))
+    print(HEADER)
+    for name, model in shapes:
+        for batch_size in args.batch_sizes:
+            rows = measure(model, task.target_dictionary, task.dataset(args.split),
+                           args.sentences, batch_size, args.ks, args.repeats,
+                           args.max_len_a, args.max_len_b)
+            print(format_rows(name, rows), flush=True)
+    return 0

@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""Write a shippable model directory from a trained SpecDec checkpoint.
+
+    python scripts/ship_model.py --checkpoint work/head/model.pt \
+        --dictionaries ../shared/models/ding-tiny-ar --k 4 --out models/ding-de-en-tiny
+
+Writes ``model.pt`` (float16 weights, no training state, portable config),
+copies ``dict.*.txt`` and ``spm.model`` from ``--dictionaries``, and writes
+``settings.json`` (the decoding settings the quickstart uses, and the sha256 of
+every file). The model card (``README.md``) is written by hand from the
+measured figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+try:
+    import nmt_specdec  # noqa: F401
+except ImportError:  # running from a checkout that is not pip-installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt_specdec.checkpoint_safety import load_checkpoint  # noqa: E402
+from nmt_specdec.shipping import save_compact, sha256  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--dictionaries", type=Path, required=True,
+                   help="directory with dict.SRC.txt, dict.TGT.txt and spm.model")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--k", type=int, required=True, help="default draft block size")
+    p.add_argument("--max-len-a", type=float, default=1.2)
+    p.add_argument("--max-len-b", type=int, default=10)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_compact(load_checkpoint(str(args.checkpoint)), args.out / "model.pt")
+    for path in sorted(args.dictionaries.glob("dict.*.txt")) + [args.dictionaries / "spm.model"]:
+        shutil.copyfile(path, args.out / path.name)
+    files = sorted(p.name for p in args.out.iterdir()
+                   if p.name not in ("README.md", "settings.json"))
+    settings = {"k": args.k, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
+                "sha256": {name: sha256(args.out / name) for name in files},
+                "bytes": {name: (args.out / name).stat().st_size for name in files}}
+    (args.out / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+    for name in files:
+        print(f"| {name} | {settings['bytes'][name]} | `{settings['sha256'][name]}` |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

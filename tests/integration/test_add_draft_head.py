@@ -1,0 +1,75 @@
+"""``nmt-specdec-add-draft-head`` on a stock toy Transformer (issue #13).
+
+One short run of the whole command: the distilled targets are the verifier's
+own greedy translations, one per source line and in order; the written
+checkpoint keeps every verifier weight bit for bit; beta=1 decoding with the
+new head equals greedy; the checkpoint decodes with stock ``fairseq-generate
+--beam 5`` and with ``--spec-decoding``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt_specdec.checkpoint_safety import load_checkpoint
+from nmt_specdec.data import add_draft_head
+from tests.helpers.fairseq_toy import PLUGINS_DIR, hypotheses, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def added(tmp_path_factory, toy_data_bin: Path, tiny_transformer_ckpt: Path):
+    out = tmp_path_factory.mktemp("add_head")
+    cfg = add_draft_head.AddHeadConfig(
+        checkpoint=tiny_transformer_ckpt, data=toy_data_bin, out=out, k=3, layers=1,
+        vocab_size=0, budget_minutes=0.15, max_tokens=1024, threads=1, valid_sentences=20)
+    return cfg, add_draft_head.run(cfg)
+
+
+def test_verifier_is_bit_identical(added) -> None:
+    cfg, _ = added
+    stock = load_checkpoint(str(cfg.checkpoint))["model"]
+    joint = load_checkpoint(str(cfg.out / "model.pt"))
+    assert "last_optimizer_state" not in joint
+    for name, value in stock.items():
+        assert torch.equal(joint["model"][name], value), name
+    assert any(name.startswith("draft_head.") for name in joint["model"])
+
+
+def test_distilled_targets_are_the_verifiers_greedy_output_in_order(added) -> None:
+    cfg, _ = added
+    sources = (cfg.data / "valid.src-tgt.src.bin").stat().st_size
+    assert sources > 0
+    result = run_cli("generate", [
+        cfg.data, "--path", cfg.checkpoint, "--gen-subset", "valid", "--beam", "1",
+        "--max-len-a", "1.2", "--max-len-b", "10", "--batch-size", "7", "--cpu",
+        "--user-dir", PLUGINS_DIR])
+    greedy = hypotheses(result.stdout)
+    lines = (cfg.out / "distill-valid" / "chunks").glob("*.txt")
+    distilled = [line.rstrip("\n") for path in sorted(lines)
+                 for line in path.read_text().splitlines()]
+    assert len(distilled) == len(greedy)
+    assert [distilled[i] for i in sorted(greedy)] == [greedy[i] for i in sorted(greedy)]
+
+
+def test_report_beta1_equals_greedy(added) -> None:
+    _, report = added
+    assert [row["k"] for row in report["rows"]] == [0, 1, 2, 3]
+    assert all(row["same_as_greedy"] == report["sentences"] for row in report["rows"])
+    assert report["rows"][0]["tokens_per_iteration"] == 1.0
+    assert all(len(row["slot_acceptance"]) == row["k"] for row in report["rows"])
+    assert (added[0].out / add_draft_head.REPORT).is_file()
+
+
+@pytest.mark.parametrize("flags", [["--beam", "5"], ["--spec-decoding", "--spec-k", "3"]])
+def test_checkpoint_decodes_with_fairseq_generate(added, flags) -> None:
+    cfg, _ = added
+    result = run_cli("generate", [
+        cfg.data, "--path", cfg.out / "model.pt", "--gen-subset", "valid",
+        "--task", "translation_specdec", "--batch-size", "8", "--cpu",
+        "--user-dir", PLUGINS_DIR, *flags])
+    assert len(hypotheses(result.stdout)) > 0
