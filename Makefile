@@ -15,7 +15,7 @@ STAMP := $(VENV)/.setup-$(PYPROJECT_HASH)
 # their CUDA torch before `make setup`; an importable torch is left alone.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test quickstart
+.PHONY: setup test quickstart quickstart-train
 
 setup: $(STAMP)
 
@@ -40,5 +40,10 @@ $(STAMP): pyproject.toml
 test: setup
 	$(VPY) -m pytest -q tests
 
+# Decode the Ding test set with the shipped model (models/ding-de-en-tiny).
 quickstart: setup
 	$(VPY) scripts/quickstart.py
+
+# Train a tiny joint model from scratch on the CPU instead (minutes; it will not translate well).
+quickstart-train: setup
+	$(VPY) scripts/quickstart.py --train

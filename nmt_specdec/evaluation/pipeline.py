@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from nmt_specdec.errors import UserError
-from nmt_specdec.evaluation import loading, machine, metrics, report, runner
+from nmt_specdec.evaluation import loading, machine, metrics, mismatch, report, runner
 from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid, validate
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
 from nmt_specdec.evaluation.profiling import Profile, profile_run
@@ -64,6 +64,7 @@ def run(cfg: EvalConfig) -> dict:
     runs = build_runs(cfg, task, model, specs, testset, device)
     profiles = decode_all(cfg, task, model, runs, device)
     rows, signatures = score_runs(runs, testset, detokenize, profiles)
+    ties = _greedy_mismatches(model, task, runs, testset)
     results = {
         "schema_version": report.SCHEMA_VERSION,
         "command": cfg.command,
@@ -86,6 +87,7 @@ def run(cfg: EvalConfig) -> dict:
         "memory": _memory_info(runs),
         "signatures": signatures,
         "rows": rows,
+        "greedy_mismatches": ties,
     }
     write_outputs(results, cfg.out)
     return results
@@ -183,6 +185,20 @@ def score_runs(
             )
         )
     return rows, signatures
+
+
+def _greedy_mismatches(model, task, runs: List[Run], testset: TestSet) -> List[dict]:
+    """Logit gaps where a beta=1 SpecDec row differs from stock greedy (near-ties)."""
+    baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
+    found = []
+    for run in runs:
+        if run.spec.kind != "specdec" or run.spec.beta != 1:
+            continue
+        for gap in mismatch.logit_gaps(model, testset.sources,
+                                       baselines[run.batch_size].outputs, run.outputs,
+                                       task.target_dictionary.eos()):
+            found.append({"decoder": run.spec.name, "batch_size": run.batch_size, **gap})
+    return found
 
 
 def make_out_dir(out_dir: str) -> None:

@@ -180,6 +180,11 @@ def markdown_report(results: dict) -> str:
             else "."
         ),
     ]
+    ties = results.get("greedy_mismatches") or []
+    parts += ["", "## beta=1 outputs that differ from stock greedy", ""]
+    parts += [f"- {t['decoder']} bs{t['batch_size']}: sentence {t['sentence']}, step {t['step']}: "
+              f"logit gap {t['logit_gap']:.2e} between tokens {t['reference_token']} and "
+              f"{t['other_token']}" for t in ties] or ["None."]
     profile = profile_table(results["rows"])
     if profile:
         parts += [

@@ -158,3 +158,20 @@ def test_format1_draft_head_is_refused(toy):
     with pytest.raises(CheckpointError, match="format 1"):
         model.load_state_dict(state)
     model.load_state_dict(model.state_dict())  # format 2 loads
+
+
+def test_logit_gap_at_the_first_difference(toy):
+    from nmt_specdec.evaluation.mismatch import first_difference, logit_gaps
+
+    _, model, dictionary = toy
+    sample = source_batch(dictionary, (6, 4), seed=2)
+    greedy = stock_greedy(model, dictionary, sample)
+    other = [list(greedy[0]), list(greedy[1])]
+    other[0][2] = dictionary.nspecial + (other[0][2] - dictionary.nspecial + 1) % 20
+    sources = [s[s.ne(dictionary.pad())] for s in sample["net_input"]["src_tokens"]]
+    gaps = logit_gaps(model, sources, dict(enumerate(greedy)), dict(enumerate(other)),
+                      dictionary.eos())
+    assert first_difference(greedy[0], other[0]) == 2
+    assert [g["sentence"] for g in gaps] == [0] and gaps[0]["step"] == 2
+    # The greedy token is the verifier's top-1 there: the gap is its margin.
+    assert gaps[0]["logit_gap"] > 0

@@ -1,0 +1,58 @@
+"""Why a beta=1 output differs from stock greedy: the verifier's logit gap there.
+
+SpecDec with beta=1 commits the verifier's top-1 at every step, as greedy search
+does, but it scores several positions per pass (other shapes, other float
+rounding). Where the two top candidates are nearly tied, rounding can flip the
+choice and the sentences diverge from there on. For each differing sentence this
+module reports the first differing step and the gap between the two tokens'
+logits under a teacher-forced pass over the common prefix: a near-tie has a gap
+of a few 1e-6 (float32 rounding); anything larger would be a bug.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+from torch import Tensor, nn
+
+
+def first_difference(a: List[int], b: List[int]) -> int:
+    """Index of the first position where ``a`` and ``b`` differ (or the shorter length)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+@torch.no_grad()
+def logit_gaps(model: nn.Module, sources: List[Tensor], reference: Dict[int, List[int]],
+               other: Dict[int, List[int]], bos: int, limit: int = 20) -> List[Dict]:
+    """The logit gap at the first difference of each differing sentence (at most ``limit``).
+
+    Args:
+        model: the fairseq encoder-decoder (the verifier), eval mode.
+        sources: (S,) source tensor per sentence id.
+        reference, other: sentence id -> output tokens (EOS included).
+        bos: first decoder input.
+
+    Returns:
+        ``{"sentence", "step", "reference_token", "other_token", "logit_gap"}`` per sentence.
+    """
+    rows = []
+    for sentence in sorted(i for i in reference if reference[i] != other.get(i)):
+        a, b = reference[sentence], other[sentence]
+        step = first_difference(a, b)
+        if step >= min(len(a), len(b)):
+            continue  # one is a prefix of the other: a length rule, not a tie
+        src = sources[sentence].unsqueeze(0)
+        encoder_out = model.encoder(src, src_lengths=torch.tensor([src.size(1)]))
+        prev = torch.tensor([[bos] + a[:step]])
+        logits, _ = model.decoder(prev, encoder_out=encoder_out)
+        last = logits[0, -1].float()
+        rows.append({"sentence": sentence, "step": step, "reference_token": a[step],
+                     "other_token": b[step],
+                     "logit_gap": abs(float(last[a[step]] - last[b[step]]))})
+        if len(rows) >= limit:
+            break
+    return rows
