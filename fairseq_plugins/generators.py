@@ -39,12 +39,12 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
     has_head = hasattr(model, "draft_head")
     k, auto = parse_spec_k(cfg.spec_k)
     if k is None:  # default, or the upper bound of auto
-        k = model.draft_block_size if has_head else 0
-    if k > 0 and not has_head:
+        k = model.draft_block_size if has_head else -1
+    if k != 0 and not has_head:
         raise UserError(
-            "--spec-decoding with --spec-k > 0 needs a checkpoint with a draft head; train "
-            "one with --arch specdec_transformer_* (or add one to this model with "
-            "nmt-specdec-add-draft-head); --spec-k 0 decodes greedily with the lean engine"
+            "--spec-decoding needs a checkpoint with a draft head; train one with --arch "
+            "specdec_transformer_* (or add one to this model with nmt-specdec-add-draft-head); "
+            "--spec-k 0 decodes greedily with the lean engine"
         )
     if getattr(args, "beam", 1) != 1:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "

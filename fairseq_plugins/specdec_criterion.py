@@ -4,9 +4,10 @@ The encoder runs once; its output feeds both the verifier (teacher forcing on
 the gold or distilled target) and the draft head. The head's blocks are
 ``--draft-cuts`` random cuts per sentence of the draft target (distilled when
 given), each reading the verifier's teacher-forced state at the cut
-(:mod:`nmt_specdec.draft_examples`); the verifier's states are detached, so the
-draft loss never changes the verifier. The two losses are logged separately,
-with the draft head's accuracy over all slots and on slot 1.
+(:mod:`nmt_specdec.draft_examples`); the verifier's states, the encoder output and
+the shared embeddings are detached, so the draft loss never changes the
+verifier or the encoder, also when both are trained jointly. The two losses are
+logged separately, with the draft head's accuracy over all slots and on slot 1.
 """
 
 
@@ -108,7 +109,10 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
                                bos=self.bos, pad=self.padding_idx, generator=generator)
         inputs = torch.where(cuts.has_state.unsqueeze(1), cuts.states,
                              head.start_state.to(cuts.states.dtype).expand_as(cuts.states))
-        logits = head(inputs, cuts.last_tokens, cuts.positions, encoder_out,
+        # Detached: the draft loss trains the head alone, never the shared encoder.
+        memory = {"encoder_out": [encoder_out["encoder_out"][0].detach()],
+                  "encoder_padding_mask": encoder_out["encoder_padding_mask"]}
+        logits = head(inputs, cuts.last_tokens, cuts.positions, memory,
                       model.draft_block_size, rows=cuts.rows)  # (N, K, V)
         lprobs = F.log_softmax(logits.float(), dim=-1)
         valid = cuts.target.ne(self.padding_idx)  # (N, K)

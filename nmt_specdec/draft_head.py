@@ -98,10 +98,11 @@ class DraftHead(nn.Module):
         return self.verifier.output_projection.weight[: self.vocab_size]
 
     def output_weight(self) -> Tensor:
-        """(V, C) weight of the draft projection (V = the draft vocabulary)."""
+        """(V, C) weight of the draft projection (V = the draft vocabulary); the
+        verifier's (tied) weight is read, never trained, by the draft loss."""
         if self.output_projection is not None:
             return self.output_projection.weight
-        return self.verifier_output_weight()
+        return self.verifier_output_weight().detach()
 
     def block_inputs(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
                      num_slots: int, position_table: Optional[Callable] = None) -> Tensor:
@@ -119,7 +120,10 @@ class DraftHead(nn.Module):
         verifier = self.verifier
         offsets = torch.arange(num_slots + 1, device=positions.device)
         block_positions = positions.unsqueeze(1) + offsets  # (B, K+1)
-        anchor = self.embed_scale * verifier.embed_tokens(last_tokens) + self.state_proj(states)
+        # The verifier's weights are read, never trained, by the draft loss.
+        embedded = F.embedding(last_tokens, verifier.embed_tokens.weight.detach(),
+                               padding_idx=self.padding_idx)
+        anchor = self.embed_scale * embedded + self.state_proj(states)
         masks = self.mask_embedding.to(anchor.dtype).expand(anchor.size(0), num_slots, -1)
         x = torch.cat([anchor.unsqueeze(1), masks], dim=1)  # (B, K+1, C)
         if position_table is not None:

@@ -55,8 +55,16 @@ def compact_state(state: Dict[str, Any], dtype: torch.dtype = torch.float16) -> 
     """A decoding-only copy of a fairseq checkpoint state."""
     out = {key: state[key] for key in _KEEP if key in state}
     out["cfg"] = portable_config(state.get("cfg"))
-    out["model"] = {name: value.to(dtype) if value.is_floating_point() else value
-                    for name, value in state["model"].items()}
+    # Tied weights (shared embeddings) are one storage: convert each storage
+    # once so that the saved file keeps them shared.
+    converted: Dict[tuple, torch.Tensor] = {}
+    model = {}
+    for name, value in state["model"].items():
+        if value.is_floating_point():
+            key = (value.data_ptr(), tuple(value.shape), tuple(value.stride()))
+            value = converted.setdefault(key, value.to(dtype))
+        model[name] = value
+    out["model"] = model
     extra = dict(out.get("extra_state") or {})
     extra.pop("train_iterator", None)
     out["extra_state"] = extra

@@ -46,7 +46,7 @@ def tiny_transformer_ckpt(tmp_path_factory: pytest.TempPathFactory, toy_data_bin
 @pytest.fixture(scope="session")
 def specdec_toy(tmp_path_factory: pytest.TempPathFactory) -> SpecDecToy:
     """A ``specdec_transformer_tiny`` (d=64, 2+2 layers, 1 draft layer, K=4)
-    trained jointly for 250 CPU updates (~25 s of CPU) on a copy task over 12
+    trained jointly for 600 CPU updates (~50 s of CPU) on a copy task over 12
     symbols: 3000 train / 100 valid / 200 test pairs.
 
     Fields: ``raw_dir``, ``data_bin``, ``checkpoint`` (``checkpoint_last.pt``),

@@ -7,7 +7,7 @@ Built on :mod:`tests.helpers.fairseq_toy` (toy data, binarize, fairseq CLIs).
 * :class:`OracleDrafter` / :class:`WrongDrafter` / :class:`PadDrafter` implement
   :class:`nmt_specdec.drafters.Drafter` from a known reference output.
 * :func:`train_specdec_toy` trains the joint model with the real
-  ``fairseq-train`` CLI on a copy task (250 CPU updates, ~25 s of CPU),
+  ``fairseq-train`` CLI on a copy task (600 CPU updates, ~50 s of CPU),
   for tests that need a model that has learned something (draft accuracy, CLI
   parity, lossless decoding). ``tests/conftest.py`` shares one per session as
   the ``specdec_toy`` fixture.
@@ -191,7 +191,7 @@ SPECDEC_TOY_ALPHABET = tuple("abcdefghijkl")
 SPECDEC_TOY_SPLITS = {"train": 1.0, "valid": 100 / 3000, "test": 200 / 3000}
 SPECDEC_TOY_PAIRS = 3000
 SPECDEC_TOY_K = 4
-SPECDEC_TOY_UPDATES = 250
+SPECDEC_TOY_UPDATES = 600
 
 SPECDEC_TOY_MODEL_ARGS: Tuple[str, ...] = (
     "--arch", "specdec_transformer_tiny",

@@ -49,7 +49,7 @@ def _translate_args(toy, *extra: str) -> list[str]:
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--spec-decoding", "--spec-k", "0"], "error: --spec-k must be >= 1, got 0"),
+        (["--spec-decoding", "--spec-k", "-1"], "error: --spec-k must be >= 0, got -1"),
         (
             ["--spec-decoding", "--spec-beta", "0"],
             "error: --spec-beta must be >= 1, got 0",
@@ -139,7 +139,7 @@ def test_task_reports_missing_dictionary_in_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"spec_k": 0}, "--spec-k must be >= 1, got 0"),
+        ({"spec_k": "-1"}, "--spec-k must be >= 0, got -1"),
         ({"spec_k": 1024}, "--spec-k 1024 must be below --max-target-positions 1024"),
         ({"spec_beta": 0}, "--spec-beta must be >= 1, got 0"),
         ({"spec_tau": -1.0}, "--spec-tau must be >= 0, got -1.0"),
@@ -164,7 +164,7 @@ def test_task_rejects_bad_decoding_options(raw_text_toy, options, message) -> No
 # ----------------------------------------------------- fairseq CLIs (subprocess)
 
 
-def test_generate_rejects_spec_k_below_one(raw_text_toy) -> None:
+def test_generate_rejects_negative_spec_k(raw_text_toy) -> None:
     proc = run_cli(
         "generate",
         [
@@ -182,13 +182,13 @@ def test_generate_rejects_spec_k_below_one(raw_text_toy) -> None:
             "--cpu",
             "--spec-decoding",
             "--spec-k",
-            "0",
+            "-1",
         ],
         check=False,
     )
 
     assert proc.returncode == 2
-    assert one_error_line(proc.stderr) == "error: --spec-k must be >= 1, got 0"
+    assert one_error_line(proc.stderr) == "error: --spec-k must be >= 0, got -1"
 
 
 def test_interactive_spec_decoding_without_draft_head(raw_text_toy) -> None:
