@@ -122,7 +122,8 @@ def _add_decoding_args(group) -> None:
     group.add_argument(
         "--grid-auto",
         action="store_true",
-        help="also run --spec-k auto (K chosen per iteration, up to each --grid-k)",
+        help="also run --spec-k auto (K chosen per iteration, up to the model's draft "
+        "block size)",
     )
     group.add_argument(
         "--grid-beta",

@@ -34,7 +34,8 @@ class EvalConfig:
         unkpen: fairseq ``--unkpen``.
         grid_k: SpecDec draft block sizes K (empty: the model's draft block size);
             0 is the engine's own greedy decoding (one row, no drafting).
-        grid_auto: add ``--spec-k auto`` rows (K chosen per iteration).
+        grid_auto: add ``--spec-k auto`` rows (K chosen per iteration, up to the
+            model's draft block size).
         grid_beta: SpecDec top-beta widths.
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
         stock_only: time only the stock generator (any fairseq checkpoint).
@@ -108,7 +109,7 @@ class DecoderSpec:
         if self.k == 0:
             return "engine greedy k0"
         tau = "" if self.beta == 1 else f" tau{self.tau:g}"
-        k = f"auto{self.k}" if self.auto else f"k{self.k}"
+        k = f"auto(<={self.k})" if self.auto else f"k{self.k}"
         return f"specdec {k} beta{self.beta}{tau}"
 
     @property
@@ -143,16 +144,17 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     ks = cfg.grid_k or ((default_k,) if default_k else ())
     if not ks:
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
-    autos = (False, True) if cfg.grid_auto else (False,)
     for k in ks:
-        for auto in autos:
-            for beta in cfg.grid_beta if k > 0 else (1,):
-                taus = (0.0,) if beta == 1 else cfg.grid_tau
-                for tau in taus:
-                    spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau),
-                                       auto=auto and k > 0)
-                    if spec not in specs:
-                        specs.append(spec)
+        for beta in cfg.grid_beta if k > 0 else (1,):
+            for tau in (0.0,) if beta == 1 else cfg.grid_tau:
+                spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau))
+                if spec not in specs:
+                    specs.append(spec)
+    if cfg.grid_auto:  # K up to the model's draft block size, chosen per iteration
+        for beta in cfg.grid_beta:
+            for tau in (0.0,) if beta == 1 else cfg.grid_tau:
+                specs.append(DecoderSpec("specdec", k=default_k, beta=beta, tau=float(tau),
+                                         auto=True))
     return specs
 
 
