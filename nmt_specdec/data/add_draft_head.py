@@ -125,8 +125,9 @@ def verifier_arch_flags(model_args: argparse.Namespace) -> List[str]:
     return flags
 
 
-def read_verifier_config(path: Path):
-    """(model options, source language, target language) of a stock checkpoint."""
+def read_verifier_config(path: Path, data: Path):
+    """(model options, source language, target language) of a stock checkpoint;
+    languages the checkpoint leaves open are inferred from ``data`` (as fairseq does)."""
     from nmt_specdec.checkpoint_safety import load_checkpoint
 
     state = load_checkpoint(str(path))
@@ -143,7 +144,12 @@ def read_verifier_config(path: Path):
         raise RecipeError(f"{path} is not a stock fairseq transformer (arch {arch or '?'})")
     src, tgt = getattr(task, "source_lang", None), getattr(task, "target_lang", None)
     if not (src and tgt):
-        raise RecipeError(f"{path} names no source/target language")
+        from fairseq.data import data_utils
+
+        src, tgt = data_utils.infer_language_pair(str(data))
+    if not (src and tgt):
+        raise RecipeError(f"{path} names no source/target language and {data} has no "
+                          "train.SRC-TGT.* files to infer them from")
     return args, src, tgt
 
 
@@ -216,7 +222,7 @@ def assemble_data(out: Path, folders: Dict[str, Path], src: str, tgt: str) -> No
 def run(cfg: AddHeadConfig) -> Dict:
     """All three steps; returns the report (also ``{out}/report.json``)."""
     cfg.validate()
-    model_args, src, tgt = read_verifier_config(cfg.checkpoint)
+    model_args, src, tgt = read_verifier_config(cfg.checkpoint, cfg.data)
     chain = StepChain(cfg.out)
     started = time.monotonic()
     splits = {"train": cfg.data, "valid": cfg.data}
