@@ -1,4 +1,5 @@
-"""``--corpus``: the quickstart trains on Ding (default) or the gettext corpus."""
+"""The quickstart's modes: the shipped model (default), or ``--train`` on Ding or
+the gettext corpus (``--corpus``)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,27 @@ def _config(argv: list[str]) -> quickstart.QuickstartConfig:
     return quickstart.QuickstartConfig(**vars(args))
 
 
-def test_default_is_ding() -> None:
+def test_default_is_the_shipped_ding_model() -> None:
     cfg = _config([])
     cfg.validate()
-    assert cfg.corpus == "ding" and cfg.training_recipe().name == "cpu_tiny.yaml"
+    assert cfg.corpus == "ding" and not cfg.train
     assert cfg.report_dir().name == "quickstart"
 
 
+def test_training_from_scratch_keeps_its_own_directories() -> None:
+    cfg = _config(["--train"])
+    cfg.validate()
+    assert cfg.training_recipe().name == "cpu_tiny.yaml"
+    assert cfg.report_dir().name == "quickstart_train"
+
+
+def test_gettext_needs_train() -> None:
+    with pytest.raises(RecipeError, match="--corpus gettext needs --train"):
+        _config(["--corpus", "gettext"]).validate()
+
+
 def test_gettext_has_its_own_recipe_and_directories(tmp_path: Path) -> None:
-    cfg = _config(["--corpus", "gettext", "--work", str(tmp_path)])
+    cfg = _config(["--train", "--corpus", "gettext", "--work", str(tmp_path)])
     cfg.validate()
     assert cfg.training_recipe().name == "cpu_tiny_gettext.yaml"
     assert cfg.report_dir().name == "quickstart_gettext"
@@ -34,7 +47,7 @@ def test_gettext_has_its_own_recipe_and_directories(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv, message", [
     (["--deb-dir", "debs"], "--deb-dir needs --corpus gettext"),
-    (["--corpus", "gettext", "--ding-file", "de-en"],
+    (["--train", "--corpus", "gettext", "--ding-file", "de-en"],
      "--ding-file needs --corpus ding"),
 ])
 def test_corpus_specific_flags_are_checked(argv: list[str], message: str) -> None:
