@@ -15,9 +15,7 @@ import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
 from nmt_specdec.errors import UserError
-
-# Training-only state that a decoding checkpoint does not need.
-_DROP = ("last_optimizer_state",)
+from nmt_specdec.shipping import save_compact
 
 
 def finish_checkpoint(trained: Path, verifier: Path, out: Path) -> None:
@@ -34,13 +32,8 @@ def finish_checkpoint(trained: Path, verifier: Path, out: Path) -> None:
     if changed:
         raise UserError(f"{trained}: verifier weights differ from {verifier} "
                         f"({len(changed)} tensors, e.g. {changed[0]})")
-    slim = {key: value for key, value in state.items() if key not in _DROP}
-    extra = dict(slim.get("extra_state") or {})
-    extra.pop("train_iterator", None)
-    slim["extra_state"] = extra
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(slim, tmp)
-    tmp.replace(out)
+    # The same decoding-only form as a shipped model, at full precision.
+    save_compact(state, out, dtype=torch.float32)
 
 
 def _batches(dataset, count: int, size: int):
