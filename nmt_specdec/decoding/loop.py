@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_specdec.acceptance import accept_drafts, commit_tokens
+from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
+from nmt_specdec.decoding.backends.torch import TorchBackend
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
-from nmt_specdec.decoding.layers import weights_key
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 from nmt_specdec.decoding.scoring import (
     Constraints,
@@ -34,8 +35,7 @@ from nmt_specdec.decoding.scoring import (
     normaliser,
     positional_scores,
 )
-from nmt_specdec.decoding.verifier_pass import LeanVerifier
-from nmt_specdec.drafters import DraftHeadDrafter, Drafter, DraftRequest
+from nmt_specdec.drafters import Drafter, DraftRequest
 from nmt_specdec.errors import UserError
 from nmt_specdec.stats import SpecDecStats
 
@@ -82,10 +82,12 @@ class SpecDecGenerator(nn.Module):
         options: k, beta, tau.
         lengths: fairseq length rules.
         drafter: what proposes drafts (default: the model's draft head).
+        backend: who runs the model calls (default: eager torch on the model).
     """
 
     def __init__(self, model: nn.Module, tgt_dict, options: SpecDecOptions,
-                 lengths: LengthRules, drafter: Optional[Drafter] = None):
+                 lengths: LengthRules, drafter: Optional[Drafter] = None,
+                 backend: Optional[Backend] = None):
         super().__init__()
         self.model = model
         self.options = options
@@ -93,31 +95,28 @@ class SpecDecGenerator(nn.Module):
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
         self.rules = Constraints(self.pad, self.eos, self.unk, lengths.min_len,
                                  lengths.unk_penalty)
+        self.backend = backend or TorchBackend(model)
         if drafter is None and options.k > 0:
             if not hasattr(model, "draft_head"):
                 raise UserError("--spec-k > 0 needs a model with a draft head")
-            drafter = DraftHeadDrafter(model.draft_head, self.pad)
+            drafter = self.backend.drafter(self.pad)
         self.drafter = drafter or Drafter()
         self.k_policy: KPolicy = make_k_policy(options)
         self.stats = SpecDecStats()
         self.symbols_to_strip_from_output = {self.eos}
-        self._verifier: Optional[LeanVerifier] = None
-        self._verifier_key: tuple = ()
         self._cache = None  # the last batch's cache (tests inspect it)
 
-    def lean_verifier(self) -> LeanVerifier:
-        """The verifier's lean weights, re-read only when the model's have changed."""
-        key = weights_key(self.model.decoder)
-        if self._verifier is None or key != self._verifier_key:
-            self._verifier, self._verifier_key = LeanVerifier(self.model.decoder), key
-        return self._verifier
+    def lean_verifier(self) -> VerifierCalls:
+        """The backend's verifier, rebuilt only when the model's weights have changed."""
+        return self.backend.verifier()
 
     @classmethod
     def from_generation_args(cls, model, tgt_dict, options: SpecDecOptions, args,
-                             drafter: Optional[Drafter] = None) -> "SpecDecGenerator":
+                             drafter: Optional[Drafter] = None,
+                             backend: Optional[Backend] = None) -> "SpecDecGenerator":
         """Builds the generator from fairseq's GenerationConfig (``--max-len-a`` etc.)."""
         rules = LengthRules.from_generation_args(args, model, per_sentence=options.deterministic)
-        return cls(model, tgt_dict, options, rules, drafter)
+        return cls(model, tgt_dict, options, rules, drafter, backend)
 
     @torch.no_grad()
     def generate(self, models, sample: dict, prefix_tokens=None, constraints=None,
@@ -127,14 +126,14 @@ class SpecDecGenerator(nn.Module):
             raise UserError("--spec-decoding does not support --prefix-size or constraints")
         self.model.eval()
         net_input = sample["net_input"]
-        encoder_out = self.model.encoder.forward_torchscript(net_input)
+        encoder_out = self.backend.encode(net_input)
         max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad)
         self.drafter.start_batch(sample, encoder_out)
         bos = self.eos if bos_token is None else bos_token
         finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
-    def decode(self, verifier: LeanVerifier, encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
+    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
         batch, k_max = max_len.numel(), self.options.k
         limits = max_len.tolist()
@@ -192,7 +191,7 @@ class SpecDecGenerator(nn.Module):
             iterations=max_len.new_zeros(batch),
         )
 
-    def _iteration(self, verifier: LeanVerifier, rows: Rows, cache, cross, k: int,
+    def _iteration(self, verifier: VerifierCalls, rows: Rows, cache, cross, k: int,
                    longest: int, uniform: bool, checks: tuple):
         steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
         last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
@@ -204,9 +203,8 @@ class SpecDecGenerator(nn.Module):
             drafts = last.new_zeros(last.size(0), 0)
         # 2. verify
         inputs = torch.cat([last, drafts], 1) if k > 0 else last
-        hidden = verifier.forward(inputs, steps, longest - 1, cache, cross,
-                                  uniform)  # (B, K+1, C)
-        logits = verifier.logits(hidden)  # (B, K+1, V)
+        hidden, logits = verifier.verify(inputs, steps, longest - 1, cache, cross,
+                                         uniform)  # (B, K+1, C), (B, K+1, V)
         lse = normaliser(logits)  # before the constraints, as fairseq normalises
         predicted_step = steps.unsqueeze(1) + torch.arange(k + 1, device=steps.device)
         constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)

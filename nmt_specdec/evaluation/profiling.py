@@ -1,8 +1,8 @@
 """Where SpecDec's time goes: encoder, draft, verify, and bookkeeping.
 
 The generator is left untouched: for one untimed pass, its model calls are
-wrapped with a clock (``model.encoder.forward_torchscript``, the drafter's
-``propose``, and the lean verifier's ``forward`` and vocabulary ``logits``).
+wrapped with a clock (the backend's ``encode``, the drafter's ``propose`` and
+the verifier's ``verify``: states and vocabulary logits, on any backend).
 Everything else (acceptance, scores, commit, row bookkeeping, fairseq's
 collation of outputs) is bookkeeping. On CUDA each wrapped call synchronizes,
 so that its kernels are charged to it; the profiled pass is therefore a little
@@ -78,9 +78,8 @@ class _Clock:
 def instrumented(model, generator, device: torch.device) -> Iterator[_Clock]:
     """Wraps the generator's model calls with a clock; restores them on exit."""
     clock = _Clock(device)
-    encoder, drafter, verifier = model.encoder, generator.drafter, generator.lean_verifier()
-    patches = [(encoder, "forward_torchscript"), (drafter, "propose"),
-               (verifier, "forward"), (verifier, "logits")]
+    backend, drafter, verifier = generator.backend, generator.drafter, generator.lean_verifier()
+    patches = [(backend, "encode"), (drafter, "propose"), (verifier, "verify")]
     # Instance attributes that existed before (rather than class methods) come back.
     saved = [vars(owner).get(attr, _MISSING) for owner, attr in patches]
     for owner, attr in patches:
@@ -96,7 +95,7 @@ def instrumented(model, generator, device: torch.device) -> Iterator[_Clock]:
 
 
 def _component(attr: str) -> str:
-    return {"forward_torchscript": "encoder", "propose": "draft"}.get(attr, "verify")
+    return {"encode": "encoder", "propose": "draft"}.get(attr, "verify")
 
 
 def profile_run(task, model, run: Run, device: torch.device) -> Profile:

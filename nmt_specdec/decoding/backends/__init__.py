@@ -1,0 +1,49 @@
+"""Backends: who runs the model calls of the shared Spec-Verify loop.
+
+- ``base``: the interface (encode, verify N positions against the cache, draft);
+- ``torch``: eager PyTorch over the lean passes (any device; the GPU path);
+- ``onnxruntime``: the passes exported to ONNX once per checkpoint, run by ONNX
+  Runtime on the CPU (``--int8``: dynamically quantized).
+
+A new backend adds one folder here and one branch in :func:`make_backend`.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from nmt_specdec.decoding.backends.base import Backend
+from nmt_specdec.errors import UserError
+
+BACKENDS = ("torch", "onnxruntime")
+# The CPU default; chosen from the benchmarks (README). `torch` stays the GPU path.
+DEFAULT_BACKEND = "torch"
+
+
+def check_backend(name: str, int8: bool = False) -> None:
+    """Raises :class:`UserError` for an unknown ``--backend`` or ``--int8`` without ORT."""
+    if name not in BACKENDS:
+        raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    if int8 and name != "onnxruntime":
+        raise UserError("--int8 needs --backend onnxruntime")
+
+
+def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False) -> Backend:
+    """The backend ``name`` for ``model`` (special ids from ``tgt_dict``).
+
+    Raises:
+        UserError: unknown name, ``--int8`` with torch, or a runtime that is not
+            installed (one line, no traceback).
+    """
+    check_backend(name, int8)
+    if name == "torch":
+        from nmt_specdec.decoding.backends.torch import TorchBackend
+
+        return TorchBackend(model)
+    from nmt_specdec.decoding.backends.onnxruntime.session import (
+        OrtBackend,
+        require_onnxruntime,
+    )
+
+    require_onnxruntime()
+    return OrtBackend(model, tgt_dict.pad(), tgt_dict.eos(), int8)

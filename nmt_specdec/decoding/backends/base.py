@@ -1,0 +1,100 @@
+"""What a backend provides: the model calls of the Spec-Verify loop, and nothing else.
+
+The loop (:mod:`nmt_specdec.decoding.loop`), acceptance, the K policy and the
+cache bookkeeping are shared by every backend. A backend only runs the model:
+
+- ``encode``: the source batch once -> the backend's encoder output (opaque to
+  the loop; the drafter and the verifier read it);
+- ``verifier().verify``: N new inputs per row against the self-attention cache
+  and the encoder memory -> (B, N, C) states and (B, N, V) logits; the new
+  keys/values land in the shared :class:`~nmt_specdec.decoding.cache.StaticKVCache`;
+- ``drafter``: the NAR draft head as a :class:`~nmt_specdec.drafters.Drafter`.
+
+``calls`` counts the runtime calls each makes (one per pass), so that the
+iteration-cost benchmark can report calls per iteration.
+
+Shapes: B rows, N new positions, C model dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, NamedTuple
+
+from torch import Tensor
+
+from nmt_specdec.decoding.cache import StaticKVCache
+
+
+class Verified(NamedTuple):
+    """One verifier pass.
+
+    Attributes:
+        hidden: (B, N, C) final states; input j's state predicts the token after it.
+        logits: (B, N, V) raw logits (no softmax) of those predictions.
+    """
+
+    hidden: Tensor
+    logits: Tensor
+
+
+class VerifierCalls:
+    """The verifier of one backend, ready for a batch.
+
+    Attributes:
+        embed: a float tensor whose dtype/device the loop's buffers take; its
+            last dimension is C.
+    """
+
+    embed: Tensor
+
+    def cross_states(self, encoder_out: Any) -> Any:
+        """Per-batch encoder keys/values (or whatever the verifier needs) of the batch."""
+        raise NotImplementedError
+
+    def keep_rows(self, cross: Any, rows: Tensor) -> Any:
+        """``cross`` restricted to ``rows`` (B',), in that order."""
+        raise NotImplementedError
+
+    def new_cache(self, batch: int, slots: int) -> StaticKVCache:
+        raise NotImplementedError
+
+    def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
+               cross: Any, uniform: bool = False) -> Verified:
+        """Scores N new inputs per row and writes their keys/values into ``cache``.
+
+        Args:
+            tokens: (B, N) the last committed token, then the drafts.
+            start: (B,) position (= cache slot) of each row's first input.
+            start_max: ``max(start)`` as a host int.
+            cache: the batch's cache; slots ``< start[b]`` hold row b's prefix.
+            cross: from :meth:`cross_states` (after any :meth:`keep_rows`).
+            uniform: every row starts at ``start_max``.
+        """
+        raise NotImplementedError
+
+
+class Backend:
+    """The model calls of one model on one runtime.
+
+    Attributes:
+        name: the ``--backend`` value.
+        calls: runtime calls so far, by kind (``encode``, ``verify``, ``draft``).
+    """
+
+    name = "?"
+
+    def __init__(self) -> None:
+        self.calls: Counter = Counter()
+
+    def encode(self, net_input: dict) -> Any:
+        """Encodes a fairseq batch's ``net_input`` once."""
+        raise NotImplementedError
+
+    def verifier(self) -> VerifierCalls:
+        """The verifier (rebuilt if the model's weights changed since)."""
+        raise NotImplementedError
+
+    def drafter(self, pad: int):
+        """A :class:`~nmt_specdec.drafters.Drafter` running the model's draft head."""
+        raise NotImplementedError

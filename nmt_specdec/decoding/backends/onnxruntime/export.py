@@ -1,0 +1,188 @@
+"""Export once per checkpoint, cached by the weights' sha256; never trust a stale graph.
+
+Layout: ``<cache root>/<sha256 of the weights>/<fp32|int8>/`` holds
+``encoder.onnx``, ``verify.onnx``, ``draft.onnx`` (no draft head: none) and
+``manifest.json``: what the graphs were built from (weights digest, exporter
+version, torch version, special ids) and the sha256 of every file. A directory
+whose manifest is missing, unreadable, from another exporter or whose files do
+not hash to the recorded digests is deleted and rebuilt. Graphs are written
+into a temporary sibling and renamed into place, so a crash or a concurrent
+export never leaves a half-written directory behind a valid-looking name.
+
+The key is the sha256 of the *loaded* weights (names, dtypes, shapes, bytes),
+not of the file: the generator only sees the model (fairseq-generate, the hub),
+and a model changed in memory must not reuse an old graph.
+
+Cache root: ``$NMT_SPECDEC_ONNX_CACHE``, else ``$XDG_CACHE_HOME/nmt_specdec/onnx``,
+else ``~/.cache/nmt_specdec/onnx``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+import torch
+from torch import nn
+
+from nmt_specdec.decoding.backends.onnxruntime.graphs import (
+    DraftGraph,
+    EncoderGraph,
+    VerifyGraph,
+    kv_names,
+)
+from nmt_specdec.decoding.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.verifier_pass import LeanVerifier
+
+logger = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1  # bump whenever graphs.py or the export changes what a graph computes
+OPSET = 17
+MANIFEST = "manifest.json"
+ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
+
+
+def cache_root() -> Path:
+    if os.environ.get("NMT_SPECDEC_ONNX_CACHE"):
+        return Path(os.environ["NMT_SPECDEC_ONNX_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nmt_specdec" / "onnx"
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """sha256 over the model's state dict (sorted names, dtypes, shapes, bytes)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
+              root: Optional[Path] = None) -> Path:
+    """The directory of valid graphs for ``model``, exporting them if needed."""
+    digest = weights_sha256(model)
+    directory = (root or cache_root()) / digest / ("int8" if int8 else "fp32")
+    identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
+                "weights_sha256": digest, "int8": int8, "pad": pad, "eos": eos,
+                "draft_head": hasattr(model, "draft_head")}
+    if _is_valid(directory, identity):
+        return directory
+    if directory.exists():
+        logger.warning("ONNX cache %s is stale or corrupt: rebuilding it", directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".building-"))
+    try:
+        files = export_graphs(model, pad, building)
+        if int8:
+            from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
+
+            for name in files:
+                if name != ENCODER:  # run once per batch: not worth the accuracy
+                    quantize_graph(building / name)
+        manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
+        (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        try:
+            os.rename(building, directory)
+        except OSError:  # another process finished first: use its graphs if valid
+            if not _is_valid(directory, identity):
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return directory
+
+
+def _is_valid(directory: Path, identity: Dict) -> bool:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        if any(manifest.get(key) != value for key, value in identity.items()):
+            return False
+        wanted = {ENCODER, VERIFY} | ({DRAFT} if identity["draft_head"] else set())
+        files = manifest["files"]
+        return wanted <= set(files) and all(
+            file_sha256(directory / name) == digest for name, digest in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def export_graphs(model: nn.Module, pad: int, out: Path) -> list:
+    """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
+    verifier = LeanVerifier(model.decoder)
+    head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
+    layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
+    # Two source rows, one left-padded: fairseq's encoder then takes its padding
+    # branch, which is also right for unpadded batches.
+    src = torch.tensor([[5, 6, 7, 2], [pad, 5, 6, 2]])
+    encoder = EncoderGraph(model.encoder, verifier, head).eval()
+    with torch.no_grad():
+        memory = encoder(src, torch.tensor([4, 3]))
+    cross_names = kv_names("cross", layers) + kv_names("draft", draft_layers)
+    batch, source = {0: "batch"}, {0: "batch", 2: "source"}
+    _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER,
+            {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": batch},
+            {"memory_mask": {0: "batch", 3: "source"}, **{n: source for n in cross_names}})
+    mask, cross, draft_cross = memory[0], memory[1: 1 + 2 * layers], memory[1 + 2 * layers:]
+    heads, head_dim = verifier.heads, verifier.dim // verifier.heads
+    past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * layers)]
+    common = {"memory_mask": {0: "batch", 3: "source"}}
+    _export(VerifyGraph(verifier).eval(),
+            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask, *past, *cross),
+            out / VERIFY,
+            {"tokens": {0: "batch", 1: "new"}, "start": batch, **common,
+             **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
+             **{n: source for n in kv_names("cross", layers)}},
+            {"logits": {0: "batch", 1: "new"}, "hidden": {0: "batch", 1: "new"},
+             "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"}})
+    if head is None:
+        return [ENCODER, VERIFY]
+    _export(DraftGraph(head).eval(),
+            (torch.randn(2, verifier.dim), torch.tensor([5, 6]),
+             torch.tensor([[3, 4, 5], [0, 1, 2]]), mask, *draft_cross),
+            out / DRAFT,
+            {"states": batch, "last_tokens": batch,
+             "block_positions": {0: "batch", 1: "block"}, **common,
+             **{n: source for n in kv_names("draft", draft_layers)}},
+            {"drafts": {0: "batch", 1: "slots"}})
+    return [ENCODER, VERIFY, DRAFT]
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: Dict, outputs: Dict) -> None:
+    with torch.no_grad(), warnings.catch_warnings(), _static_layer_norm():
+        warnings.simplefilter("ignore")  # tracer and deprecation chatter
+        torch.onnx.export(module, args, str(path), dynamo=False, opset_version=OPSET,
+                          input_names=list(inputs), output_names=list(outputs),
+                          dynamic_axes={**inputs, **outputs}, do_constant_folding=True)
+
+
+@contextmanager
+def _static_layer_norm() -> Iterator[None]:
+    """The lean passes call ``F.layer_norm(x, x.shape[-1:], ...)``; traced, that
+    shape is a graph value, which the exporter refuses. C is fixed: make it an int."""
+    original = torch.nn.functional.layer_norm
+
+    def layer_norm(x, shape, *args, **kwargs):
+        return original(x, [int(s) for s in shape], *args, **kwargs)
+
+    torch.nn.functional.layer_norm = layer_norm
+    try:
+        yield
+    finally:
+        torch.nn.functional.layer_norm = original

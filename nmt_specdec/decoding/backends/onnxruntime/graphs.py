@@ -1,0 +1,149 @@
+"""The three model calls as traceable modules, for ``torch.onnx.export``.
+
+Each module reuses the lean passes' arithmetic (:func:`~..layers.layer_pass`,
+``LeanVerifier.embed_inputs``, ``DraftHead.block_inputs``) so that the graphs
+compute what the torch backend computes. Differences, all for a graph runtime:
+
+- the verifier attends over the whole pre-allocated cache (T slots, masked
+  beyond each row's length) instead of the used width: the cache is then one
+  contiguous buffer per layer that the runtime reads in place (no slice copy);
+  the masked slots add exact zeros;
+- it returns the N new keys/values instead of writing them: the loop's cache
+  writes them (a graph cannot update an input in place);
+- the encoder graph also projects every decoder and draft layer's encoder
+  keys/values (computed once per batch);
+- the draft graph ends with the argmax (only (B, K) ids leave the runtime).
+
+Shapes: B rows, N new positions, T cache slots, S source, L layers, H heads,
+D head dim, C model dim, V vocabulary, K draft slots.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import List
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_specdec.decoding.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.layers import CrossKV, SelfAttention, cross_kv, layer_pass
+from nmt_specdec.decoding.verifier_pass import LeanVerifier, encoder_memory
+
+
+def kv_names(prefix: str, layers: int) -> List[str]:
+    """``prefix_key_0, prefix_value_0, prefix_key_1, ...``: one input per layer, so
+    that each binds a contiguous (B, H, T, D) buffer."""
+    return [f"{prefix}_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+
+
+def _arange_like(size_of: Tensor, dim: int) -> Tensor:
+    """``arange(size_of.size(dim))`` that the tracer keeps dynamic."""
+    return torch.arange(size_of.size(dim), device=size_of.device)
+
+
+class EncoderGraph(nn.Module):
+    """Source tokens -> source mask and every layer's encoder keys/values.
+
+    Outputs: ``memory_mask`` (B, 1, 1, S) bool (True: attend), then
+    ``cross_key_i``/``cross_value_i`` (B, H, S, D) of the verifier's layers and
+    ``draft_key_j``/``draft_value_j`` of the draft head's layers.
+    """
+
+    def __init__(self, encoder: nn.Module, verifier: LeanVerifier,
+                 head: LeanDraftHead | None):
+        super().__init__()
+        self.encoder = copy.deepcopy(encoder)  # the export switches modify it
+        for module in self.encoder.modules():
+            if module is not self.encoder and hasattr(module, "prepare_for_onnx_export_"):
+                module.prepare_for_onnx_export_()
+        self.layers = list(verifier.layers) + (list(head.layers) if head else [])
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor):
+        out = self.encoder(src_tokens, src_lengths=src_lengths)
+        states, padding = encoder_memory(out)
+        cross = [cross_kv(w, states, padding) for w in self.layers]
+        return (cross[0].mask, *[t for kv in cross for t in (kv.key, kv.value)])
+
+
+class VerifyGraph(nn.Module):
+    """N new inputs per row against the full cache -> logits, states, new keys/values.
+
+    Inputs: ``tokens`` (B, N), ``start`` (B,) first position of each row,
+    ``memory_mask`` (B, 1, 1, S), ``past_key_i``/``past_value_i`` (B, H, T, D),
+    ``cross_key_i``/``cross_value_i`` (B, H, S, D).
+    Outputs: ``logits`` (B, N, V), ``hidden`` (B, N, C), ``new_keys`` and
+    ``new_values`` (L, B, H, N, D).
+    """
+
+    def __init__(self, verifier: LeanVerifier):
+        super().__init__()
+        self.verifier = verifier
+
+    def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, *kv: Tensor):
+        lean = self.verifier
+        layers = len(lean.layers)
+        past, cross = kv[: 2 * layers], kv[2 * layers:]
+        offsets = _arange_like(tokens, 1)  # (N,)
+        x = lean.embed_inputs(tokens, start.unsqueeze(1) + offsets)  # (B, N, C)
+        slots = _arange_like(past[0], 2)  # (T,)
+        batch, new = tokens.shape
+        old = (slots.view(1, 1, -1) < start.view(-1, 1, 1)).expand(batch, new, -1)  # (B, N, T)
+        causal = (offsets.view(-1, 1) >= offsets.view(1, -1)).expand(batch, new, new)
+        mask = torch.cat([old, causal], dim=2).unsqueeze(1)  # (B, 1, N, T+N)
+        new_keys: List[Tensor] = []
+        new_values: List[Tensor] = []
+
+        def store(layer: int, key: Tensor, value: Tensor):
+            new_keys.append(key)
+            new_values.append(value)
+            return (torch.cat([past[2 * layer], key], dim=2),
+                    torch.cat([past[2 * layer + 1], value], dim=2))
+
+        attention = SelfAttention(store, mask)
+        for index, weights in enumerate(lean.layers):
+            memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
+            x = layer_pass(weights, index, x, attention, memory)
+        if lean.final_norm is not None:
+            x = F.layer_norm(x, x.shape[-1:], *lean.final_norm)
+        logits = torch.matmul(x, lean.output_t)  # (B, N, V)
+        return logits, x, torch.stack(new_keys), torch.stack(new_values)
+
+
+class DraftGraph(nn.Module):
+    """The draft head's pass -> (B, K) greedy drafts.
+
+    Inputs: ``states`` (B, C), ``last_tokens`` (B,), ``block_positions`` (B, K+1)
+    (the last token's position, then the K slots'), ``memory_mask``, and
+    ``draft_key_j``/``draft_value_j`` (B, H, S, D). Output: ``drafts`` (B, K).
+    """
+
+    def __init__(self, head: LeanDraftHead):
+        super().__init__()
+        self.lean = head
+        self.head = head.head  # registers state_proj, mask_embedding (initialisers)
+        vocab = head.output_t.size(1)
+        # The verifier never emits pad, so a pad draft only wastes a slot.
+        bias = torch.zeros(vocab)
+        if head.pad < vocab:
+            bias[head.pad] = float("-inf")
+        self.register_buffer("pad_bias", bias)
+
+    def forward(self, states: Tensor, last_tokens: Tensor, block_positions: Tensor,
+                memory_mask: Tensor, *cross: Tensor):
+        lean = self.lean
+        x = self.head.block_inputs(states, last_tokens, block_positions[:, 0],
+                                   block_positions.size(1) - 1, lean.positions)
+        attention = SelfAttention(_no_cache, None)
+        for index, weights in enumerate(lean.layers):
+            memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
+            x = layer_pass(weights, index, x, attention, memory)
+        if lean.final_norm is not None:
+            x = F.layer_norm(x, x.shape[-1:], *lean.final_norm)
+        logits = torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
+        return logits.argmax(dim=-1)
+
+
+def _no_cache(layer: int, key: Tensor, value: Tensor):
+    return key, value

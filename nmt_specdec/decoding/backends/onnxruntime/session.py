@@ -1,0 +1,222 @@
+"""ONNX Runtime (CPU) model calls: the exported graphs behind the backend interface.
+
+Inputs and outputs are torch tensors bound in place (I/O binding): the runtime
+reads the cache and the encoder keys/values where they lie and writes logits,
+states and new keys/values into tensors allocated here, so nothing is copied
+on the way in or out. The loop, acceptance and cache bookkeeping are the torch
+backend's; only the passes run in the runtime.
+
+Shapes: B rows, N new positions, L layers, H heads, T cache slots, S source,
+D head dim, C model dim, V vocabulary, K draft slots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, NamedTuple, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
+from nmt_specdec.decoding.backends.onnxruntime import export
+from nmt_specdec.decoding.cache import StaticKVCache
+from nmt_specdec.decoding.layers import weights_key
+from nmt_specdec.drafters import Drafter, DraftRequest
+from nmt_specdec.errors import UserError
+
+_NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
+_TORCH = {"tensor(float)": torch.float32, "tensor(int64)": torch.int64,
+          "tensor(bool)": torch.bool}
+
+
+def require_onnxruntime():
+    """The ``onnxruntime`` module, or a one-line :class:`UserError`."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise UserError("--backend onnxruntime needs the onnxruntime package, which is "
+                        "not installed (pip install onnxruntime, or run `make setup`)") from None
+    return onnxruntime
+
+
+class Memory(NamedTuple):
+    """One batch's encoder output as the graphs take it.
+
+    Attributes:
+        mask: (B, 1, 1, S) bool, True where the source may be attended.
+        cross: per verifier layer, key then value, (B, H, S, D) each.
+        draft: the same for the draft head's layers.
+    """
+
+    mask: Tensor
+    cross: List[Tensor]
+    draft: List[Tensor]
+
+    def keep_rows(self, rows: Tensor) -> "Memory":
+        return Memory(self.mask.index_select(0, rows),
+                      [t.index_select(0, rows) for t in self.cross],
+                      [t.index_select(0, rows) for t in self.draft])
+
+
+class GraphSession:
+    """One graph: positional torch inputs in, preallocated torch outputs filled."""
+
+    def __init__(self, ort, path: Path, threads: int):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(path), options,
+                                            providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        # fairseq's int32 lengths etc. are cast to what the graph declares.
+        self.input_types = [_TORCH[i.type] for i in self.session.get_inputs()]
+
+    def run(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        binding = self.session.io_binding()
+        alive = []  # contiguous copies must outlive the call
+        inputs = [t.to(dtype) for t, dtype in zip(inputs, self.input_types)]
+        for bind, names, tensors in ((binding.bind_input, self.inputs, inputs),
+                                     (binding.bind_output, self.outputs, outputs)):
+            for name, tensor in zip(names, tensors):
+                tensor = tensor.contiguous()
+                alive.append(tensor)
+                bind(name, "cpu", 0, _NUMPY[tensor.dtype], tuple(tensor.shape),
+                     tensor.data_ptr())
+        self.session.run_with_iobinding(binding)
+
+
+class OrtVerifier(VerifierCalls):
+    def __init__(self, session: GraphSession, backend: "OrtBackend"):
+        self.session, self.backend = session, backend
+        self.embed = torch.zeros(1, backend.dim)  # dtype/device/C of the loop's buffers
+
+    def cross_states(self, encoder_out: Memory) -> Memory:
+        return encoder_out
+
+    def keep_rows(self, cross: Memory, rows: Tensor) -> Memory:
+        return Memory(*cross[:2], []).keep_rows(rows)  # the drafter keeps its own rows
+
+    def new_cache(self, batch: int, slots: int) -> StaticKVCache:
+        b = self.backend
+        return StaticKVCache(b.layers, batch, b.heads, slots, b.dim // b.heads, like=self.embed)
+
+    def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
+               cross: Memory, uniform: bool = False) -> Verified:
+        b = self.backend
+        b.calls["verify"] += 1
+        batch, new = tokens.shape
+        logits = torch.empty(batch, new, b.vocab)
+        hidden = torch.empty(batch, new, b.dim)
+        keys = torch.empty(b.layers, batch, b.heads, new, b.dim // b.heads)
+        values = torch.empty_like(keys)
+        past = [t[layer] for layer in range(b.layers) for t in (cache.key, cache.value)]
+        self.session.run([tokens, start, cross.mask, *past, *cross.cross],
+                         [logits, hidden, keys, values])
+        # The graph read the whole cache; the shared cache code writes the new slots.
+        cache.begin_pass(start, new, start_max, uniform)
+        for layer in range(b.layers):
+            cache.store(layer, keys[layer], values[layer])
+        return Verified(hidden, logits)
+
+
+class OrtDrafter(Drafter):
+    """The draft head's graph as a :class:`Drafter`."""
+
+    def __init__(self, start_state: Tensor, backend: "OrtBackend"):
+        # The session is read from the backend at each call: it is replaced when
+        # the model's weights change (re-export).
+        self.start_state, self.backend = start_state, backend
+        self.memory: Optional[Memory] = None
+
+    def start_batch(self, sample: dict, encoder_out: Memory) -> None:
+        self.memory = Memory(encoder_out.mask, [], encoder_out.draft)
+
+    def keep_rows(self, rows: Tensor) -> None:
+        assert self.memory is not None
+        self.memory = self.memory.keep_rows(rows)
+
+    def start_states(self, batch: int, like: Tensor) -> Tensor:
+        return self.start_state.to(like).expand(batch, -1)
+
+    def propose(self, request: DraftRequest) -> Tensor:
+        assert self.memory is not None
+        self.backend.calls["draft"] += 1
+        last = request.lengths - 1  # (B,) position of the last committed token
+        last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
+        slots = torch.arange(request.num_slots + 1, device=last.device)
+        drafts = torch.empty(last.numel(), request.num_slots, dtype=torch.long)
+        self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
+                          self.memory.mask, *self.memory.draft], [drafts])
+        return drafts
+
+
+class OrtBackend(Backend):
+    """The model exported to ONNX (cached), run by ONNX Runtime on the CPU.
+
+    Args:
+        model: a fairseq encoder-decoder on the CPU (a ``draft_head`` for K > 0).
+        pad, eos: special ids of the target dictionary.
+        int8: dynamically quantized verifier and draft graphs.
+        threads: intra-op threads (default: ``torch.get_num_threads()``).
+    """
+
+    name = "onnxruntime"
+
+    def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
+                 threads: Optional[int] = None):
+        super().__init__()
+        self._ort = require_onnxruntime()
+        if any(p.device.type != "cpu" for p in model.parameters()):
+            raise UserError("--backend onnxruntime runs on the CPU: pass --cpu "
+                            "(or use --backend torch on the GPU)")
+        self.model, self.pad, self.eos, self.int8 = model, pad, eos, int8
+        self.threads = threads or torch.get_num_threads()
+        decoder = model.decoder
+        self.layers = len(decoder.layers)
+        self.heads = decoder.layers[0].self_attn.num_heads
+        self.dim = decoder.embed_tokens.embedding_dim
+        self.vocab = decoder.output_projection.out_features
+        self._key: tuple = ()
+        self._load()
+
+    def _load(self) -> None:
+        directory = export.graph_dir(self.model, self.pad, self.eos, self.int8)
+        self.directory = directory
+        self.encoder_session = GraphSession(self._ort, directory / export.ENCODER, self.threads)
+        self._verifier = OrtVerifier(
+            GraphSession(self._ort, directory / export.VERIFY, self.threads), self)
+        self.draft_session = None
+        if (directory / export.DRAFT).exists():
+            self.draft_session = GraphSession(self._ort, directory / export.DRAFT, self.threads)
+        self._key = weights_key(self.model)
+
+    def _fresh(self) -> None:
+        if weights_key(self.model) != self._key:  # trained or replaced since the export
+            self._load()
+
+    def encode(self, net_input: dict) -> Memory:
+        self._fresh()
+        self.calls["encode"] += 1
+        src = net_input["src_tokens"]
+        batch, source = src.shape
+        head_dim = self.dim // self.heads
+        mask = torch.empty(batch, 1, 1, source, dtype=torch.bool)
+        draft_layers = len(self.model.draft_head.layers) if self.draft_session else 0
+        kv = [torch.empty(batch, self.heads, source, head_dim)
+              for _ in range(2 * (self.layers + draft_layers))]
+        self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
+        return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
+
+    def verifier(self) -> OrtVerifier:
+        self._fresh()
+        return self._verifier
+
+    def drafter(self, pad: int) -> OrtDrafter:
+        if self.draft_session is None:
+            raise UserError("--spec-k > 0 needs a model with a draft head")
+        start = self.model.draft_head.start_state.detach().clone()
+        return OrtDrafter(start, self)
