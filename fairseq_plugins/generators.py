@@ -9,6 +9,7 @@
 import logging
 
 from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
+from nmt_specdec.decoding.backends import DEFAULT_BACKEND, make_backend
 from nmt_specdec.errors import UserError
 from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
@@ -26,6 +27,9 @@ def build_decoder(cfg, models, tgt_dict, args, stock=None):
     if cfg.spec_decoding:
         fast = _spec_generator(cfg, models, tgt_dict, args)
     else:
+        if cfg.int8 or cfg.backend != DEFAULT_BACKEND:
+            logger.warning("--backend/--int8 apply to --spec-decoding (--spec-k 0: greedy); "
+                           "fairseq's own generator runs in torch")
         fast = stock
     if not cfg.deterministic:
         return fast
@@ -51,7 +55,9 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
     options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
                              deterministic=cfg.deterministic, auto_k=auto and k > 0)
-    return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args)
+    backend = make_backend(cfg.backend, model, tgt_dict, cfg.int8)
+    return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
+                                                 backend=backend)
 
 
 def _deterministic(cfg, models, tgt_dict, args, fast) -> DeterministicGenerator:

@@ -24,6 +24,7 @@ from fairseq_plugins import inference_inputs, load_guards  # noqa: F401  (issue 
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
 from fairseq_plugins.generators import build_decoder
 from fairseq_plugins.generation_stats import log_stats_at_exit
+from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
 from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.errors import UserError
 
@@ -51,6 +52,17 @@ class TranslationSpecDecConfig(TranslationConfig):
     spec_tau: float = field(
         default=0.0,
         metadata={"help": "... and within tau (log-prob) of the verifier's top-1"},
+    )
+    backend: str = field(
+        default=DEFAULT_BACKEND,
+        metadata={"help": f"who runs the model calls of --spec-decoding: {' or '.join(BACKENDS)} "
+                          "(torch: eager, any device; onnxruntime: CPU graphs exported once "
+                          "per checkpoint, cached in ~/.cache/nmt_specdec/onnx)"},
+    )
+    int8: bool = field(
+        default=False,
+        metadata={"help": "with --backend onnxruntime: 8-bit weights in the verifier and draft "
+                          "graphs (beta=1 stays exactly the int8 verifier's greedy output)"},
     )
     deterministic: bool = field(
         default=False,
@@ -161,6 +173,7 @@ def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
                         f"{cfg.max_target_positions}")
     if cfg.spec_beta < 1:
         raise UserError(f"--spec-beta must be >= 1, got {cfg.spec_beta}")
+    check_backend(cfg.backend, cfg.int8)
     if cfg.deterministic_window < 1:
         raise UserError(f"--deterministic-window must be >= 1, got {cfg.deterministic_window}")
     if cfg.spec_tau < 0:

@@ -3,13 +3,15 @@
 The verifier *is* a standard fairseq Transformer (the draft head only adds
 parameters), so exporting means dropping ``draft_head.*`` and rewriting the
 saved configuration to the stock model, task and criterion names. The result
-decodes with plain ``fairseq-generate`` without ``--user-dir``.
+decodes with plain ``fairseq-generate`` without ``--user-dir``, and
+``ct2-fairseq-converter`` converts it as it is (see :func:`_converter_view`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections import OrderedDict
 from typing import Any, Dict
 
 from fairseq.criterions.label_smoothed_cross_entropy import (
@@ -57,6 +59,7 @@ def verifier_state(state: Dict[str, Any]) -> Dict[str, Any]:
     model_cfg["_name"] = model_cfg["arch"] = "transformer"
     cfg["model"] = model_cfg
     cfg["task"] = _stock_fields(cfg["task"], TranslationConfig, "translation")
+    cfg["model"] = _converter_view(model_cfg, cfg["task"])
     if cfg.get("criterion"):
         cfg["criterion"] = _stock_fields(
             cfg["criterion"], LabelSmoothedCrossEntropyCriterionConfig,
@@ -71,3 +74,28 @@ def verifier_state(state: Dict[str, Any]) -> Dict[str, Any]:
         # The optimizer state covers the draft head too; it cannot be reused.
         "last_optimizer_state": None,
     }
+
+
+# A legacy architecture that has no dataclass of its own: fairseq then builds
+# the model from flat attributes (the checkpoint sets every one of them).
+_CONVERTER_ARCH = "transformer_wmt_en_de"
+
+
+def _converter_view(model_cfg: Dict[str, Any], task_cfg: Dict[str, Any]) -> "OrderedDict":
+    """``cfg["model"]`` that fairseq's loader and CTranslate2's converter both read.
+
+    fairseq's loader reads the mapping (``OmegaConf.create``). The converter
+    reads ``cfg["model"]`` as an argparse namespace (attributes: ``args.arch``,
+    ``args.task``, ``args.data`` ... then ``tasks.setup_task(args)``) after a
+    ``torch.load(weights_only=True)``, which refuses ``argparse.Namespace``. An
+    ``OrderedDict`` passes that loader and keeps instance attributes, so it
+    carries both: the model config as items, the flat model and task options
+    (``task=translation``, no ``_name``) as attributes.
+    """
+    view: "OrderedDict" = OrderedDict(model_cfg)
+    flat = {k: v for k, v in task_cfg.items() if k != "_name"}
+    flat.update({k: v for k, v in model_cfg.items() if k != "_name"})
+    flat.update(task="translation", arch=_CONVERTER_ARCH)
+    for name, value in flat.items():
+        setattr(view, name, value)
+    return view

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
+from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
 from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
@@ -88,6 +89,8 @@ class TranslateConfig:
     spec_k: Optional[str] = None
     spec_beta: int = 1
     spec_tau: float = 0.0
+    backend: str = DEFAULT_BACKEND
+    int8: bool = False
     beam: int = 5
     batch_size: int = 32
     max_len_a: float = 0.0
@@ -96,6 +99,7 @@ class TranslateConfig:
 
     def __post_init__(self) -> None:
         parse_spec_k(self.spec_k)  # raises UserError naming the option
+        check_backend(self.backend, self.int8)
         if self.spec_beta < 1:
             raise UserError(f"--spec-beta must be >= 1, got {self.spec_beta}")
         if not self.spec_tau >= 0:
@@ -156,9 +160,8 @@ def load_translator(cfg: TranslateConfig) -> Translator:
     if cfg.spec_decoding:
         _check_specdec(cfg, task, model)
     _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
-    device = torch.device(
-        "cuda" if torch.cuda.is_available() and not cfg.cpu else "cpu"
-    )
+    on_cpu = cfg.cpu or cfg.backend == "onnxruntime"  # a CPU runtime
+    device = torch.device("cuda" if torch.cuda.is_available() and not on_cpu else "cpu")
     model.to(device).eval()
     generator = _build_generator(cfg, task, model)
     max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[
@@ -240,6 +243,7 @@ def _build_generator(cfg: TranslateConfig, task, model):
         task.cfg.spec_decoding = cfg.spec_decoding
         task.cfg.spec_k, task.cfg.spec_beta = cfg.spec_k, cfg.spec_beta
         task.cfg.spec_tau = cfg.spec_tau
+        task.cfg.backend, task.cfg.int8 = cfg.backend, cfg.int8
     return task.build_generator([model], gen)
 
 
@@ -406,6 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="... and within tau (log-prob) of its top-1",
     )
+    add("--backend", default=DEFAULT_BACKEND, choices=BACKENDS,
+        help="who runs the SpecDec model calls (onnxruntime: CPU graphs exported once "
+        "per checkpoint and cached)")
+    add("--int8", action="store_true",
+        help="with --backend onnxruntime: 8-bit weights (beta=1 = the int8 greedy output)")
     add("--beam", type=int, default=5, help="beam size without --spec-decoding")
     add("--batch-size", type=int, default=32, help="sentences per model call")
     add("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b")

@@ -17,6 +17,7 @@ import shlex
 import sys
 from typing import List, Optional
 
+from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
 from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, run
@@ -138,6 +139,26 @@ def _add_decoding_args(group) -> None:
         nargs="+",
         default=[1.0, 3.0],
         help="SpecDec log-prob margins (beta=1 rows run once, tau unused)",
+    )
+    group.add_argument(
+        "--backend",
+        dest="backends",
+        nargs="+",
+        choices=BACKENDS,
+        default=[DEFAULT_BACKEND],
+        help="who runs the SpecDec rows' model calls; several: every SpecDec row on "
+        "each, in the same interleaved run",
+    )
+    group.add_argument(
+        "--int8",
+        action="store_true",
+        help="also run the onnxruntime SpecDec rows with 8-bit weights",
+    )
+    group.add_argument(
+        "--ct2",
+        action="store_true",
+        help="add CTranslate2 fp32 and int8 greedy rows: the verifier is exported "
+        "as a stock transformer and converted (needs the ctranslate2 package)",
     )
     group.add_argument(
         "--stock-only",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from nmt_specdec.decoding.backends import DEFAULT_BACKEND, check_backend
 from nmt_specdec.errors import UserError
 
 
@@ -39,6 +41,9 @@ class EvalConfig:
         grid_beta: SpecDec top-beta widths.
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
         stock_only: time only the stock generator (any fairseq checkpoint).
+        backends: SpecDec backends; every SpecDec row runs on each.
+        int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
+        ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier.
         batch_sizes: sentences per batch; each configuration runs at each size.
         repeats: timed passes per configuration and batch size (median reported).
         warmup_batches: untimed batches each configuration decodes first.
@@ -71,6 +76,9 @@ class EvalConfig:
     grid_beta: Tuple[int, ...] = (1, 3, 5)
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
     stock_only: bool = False
+    backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
+    int8: bool = False
+    ct2: bool = False
     batch_sizes: Tuple[int, ...] = (1, 32)
     repeats: int = 3
     warmup_batches: int = 1
@@ -86,13 +94,16 @@ class DecoderSpec:
     """One decoder configuration (a row of the report at each batch size).
 
     Attributes:
-        kind: ``stock`` (fairseq's SequenceGenerator) or ``specdec``.
+        kind: ``stock`` (fairseq's SequenceGenerator), ``specdec`` or ``ct2``
+            (CTranslate2 greedy on the converted verifier).
         beam: stock beam size (1 for SpecDec, which verifies greedily).
         k: SpecDec draft block size K (0: the engine's greedy; with ``auto``, the
             largest K).
         auto: K chosen per iteration (``--spec-k auto``).
         beta: SpecDec top-beta width.
         tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
+        backend: who runs SpecDec's model calls (``--backend``).
+        int8: 8-bit weights (SpecDec on onnxruntime; CTranslate2's int8).
     """
 
     kind: str
@@ -101,16 +112,23 @@ class DecoderSpec:
     beta: Optional[int] = None
     tau: Optional[float] = None
     auto: bool = False
+    backend: str = "torch"
+    int8: bool = False
 
     @property
     def name(self) -> str:
         if self.kind == "stock":
             return f"stock beam{self.beam}"
+        if self.kind == "ct2":
+            return f"ctranslate2 greedy {'int8' if self.int8 else 'fp32'}"
+        # The torch rows keep their historical names.
+        runtime = "" if self.backend == "torch" else (
+            f" [{self.backend}{' int8' if self.int8 else ''}]")
         if self.k == 0:
-            return "engine greedy k0"
+            return f"engine greedy k0{runtime}"
         tau = "" if self.beta == 1 else f" tau{self.tau:g}"
         k = f"auto(<={self.k})" if self.auto else f"k{self.k}"
-        return f"specdec {k} beta{self.beta}{tau}"
+        return f"specdec {k} beta{self.beta}{tau}{runtime}"
 
     @property
     def spec_k(self) -> str:
@@ -139,8 +157,19 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     specs = [BASELINE] + [
         DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1
     ]
+    if cfg.ct2:
+        specs += [DecoderSpec("ct2", int8=False), DecoderSpec("ct2", int8=True)]
     if cfg.stock_only:
         return specs
+    for backend in dict.fromkeys(cfg.backends):
+        for int8 in (False, True) if cfg.int8 and backend == "onnxruntime" else (False,):
+            specs += [dataclasses.replace(spec, backend=backend, int8=int8)
+                      for spec in _specdec_grid(cfg, default_k)]
+    return specs
+
+
+def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
+    specs: List[DecoderSpec] = []
     ks = cfg.grid_k or ((default_k,) if default_k else ())
     if not ks:
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
@@ -165,6 +194,10 @@ def validate(cfg: EvalConfig) -> None:
     _check_positive("--batch-sizes", cfg.batch_sizes)
     _check_positive("--beams", cfg.beams)
     _check_positive("--threads", [cfg.threads])
+    for backend in cfg.backends:
+        check_backend(backend)
+    if cfg.int8 and "onnxruntime" not in cfg.backends:
+        raise UserError("--int8 needs onnxruntime among --backend")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)

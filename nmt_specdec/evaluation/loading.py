@@ -101,12 +101,17 @@ def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
     batch-invariant replay (``deterministic``) is switched off whatever the
     checkpoint was saved with: the plain generators are what is measured.
     """
+    if spec.kind == "ct2":
+        from nmt_specdec.evaluation.ct2 import ct2_generator
+
+        return ct2_generator(cfg, task, model, spec.int8)
     gen = generation_config(cfg, spec.beam)
     options: dict = {}
     if hasattr(task.cfg, "spec_decoding"):
         options = {"spec_decoding": spec.kind == "specdec", "deterministic": False}
     if spec.kind == "specdec":
-        options.update(spec_k=spec.spec_k, spec_beta=spec.beta, spec_tau=spec.tau)
+        options.update(spec_k=spec.spec_k, spec_beta=spec.beta, spec_tau=spec.tau,
+                       backend=spec.backend, int8=spec.int8)
     with _task_options(task.cfg, options):
         generator = task.build_generator([model], gen)
     generator.eval()

@@ -162,7 +162,8 @@ def score_runs(
 ) -> Tuple[List[dict], dict]:
     """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
-    engine_greedy = {run.batch_size: run for run in runs
+    # "vs k0" compares with the engine's greedy on the same backend.
+    engine_greedy = {(run.batch_size, run.spec.backend, run.spec.int8): run for run in runs
                      if run.spec.kind == "specdec" and run.spec.k == 0}
     rows, signatures = [], {}
     for run in runs:
@@ -181,7 +182,8 @@ def score_runs(
                 differs,
                 len(testset),
                 profiles.get((run.spec, run.batch_size)),
-                engine_greedy.get(run.batch_size),
+                engine_greedy.get((run.batch_size, run.spec.backend, run.spec.int8))
+                if run.spec.kind == "specdec" else None,
             )
         )
     return rows, signatures

@@ -48,6 +48,7 @@ def _panel(ax, rows: List[dict], batch_size: int) -> None:
     for kind, marker, colour in (
         ("stock", "s", "tab:blue"),
         ("specdec", "o", "tab:orange"),
+        ("ct2", "^", "tab:green"),
     ):
         chosen = [p for p, row in zip(points, rows) if row["decoder"] == kind]
         if chosen:
@@ -56,7 +57,8 @@ def _panel(ax, rows: List[dict], batch_size: int) -> None:
                 marker=marker,
                 color=colour,
                 zorder=3,
-                label="fairseq SequenceGenerator" if kind == "stock" else "SpecDec",
+                label={"stock": "fairseq SequenceGenerator", "specdec": "SpecDec",
+                       "ct2": "CTranslate2"}[kind],
             )
     ax.plot(
         [points[i][0] for i in ordered],

@@ -65,6 +65,8 @@ def make_row(
     return {
         "name": run.spec.name,
         "decoder": run.spec.kind,
+        "backend": run.spec.backend if run.spec.kind == "specdec" else None,
+        "int8": run.spec.int8,
         "beam": run.spec.beam,
         "k": run.spec.k,
         "auto_k": run.spec.auto,
