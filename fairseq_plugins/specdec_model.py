@@ -13,6 +13,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
+from nmt_specdec.decoding.backends import check_backend
 from nmt_specdec.draft_head import FORMAT_VERSION, DraftHead
 from nmt_specdec.errors import CheckpointError
 
@@ -46,6 +47,20 @@ class SpecDecTransformerModel(TransformerModel):
                                      args.draft_vocab_size)
         model.draft_block_size = args.draft_block_size
         return model
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt",
+                        data_name_or_path=".", **kwargs):
+        """fairseq's hub loader, plus ``backend=``/``int8=``: fairseq applies keyword
+        overrides only to options the checkpoint saved, and checkpoints older than
+        these options lack them, so they are set on the task after loading."""
+        late = {name: kwargs.pop(name) for name in ("backend", "int8") if name in kwargs}
+        hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
+                                      **kwargs)
+        for name, value in late.items():
+            setattr(hub.task.cfg, name, value)
+        check_backend(hub.task.cfg.backend, hub.task.cfg.int8)
+        return hub
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         draft_keys = [key for key in state_dict if key.startswith("draft_head.")]

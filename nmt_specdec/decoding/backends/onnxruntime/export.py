@@ -125,6 +125,19 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
 
 def export_graphs(model: nn.Module, pad: int, out: Path) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
+    # The tracer refuses to bake in tensors that require grad (e.g. shared
+    # weights reached outside the module tree): freeze for the export only.
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        return _export_graphs(model, pad, out)
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+
+
+def _export_graphs(model: nn.Module, pad: int, out: Path) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
