@@ -5,7 +5,9 @@ For each model shape and batch size, the same sentences are decoded by fairseq's
 ``--repeats`` times; the median seconds are divided by loop turns (stock: one
 decoding step per turn, i.e. the longest output of each batch; engine: one
 draft+verify iteration per turn). A turn's cost is what speed divides by; the
-tokens it commits (tok/iter) is what speed multiplies by.
+tokens it commits (tok/iter) is what speed multiplies by. ``--backend`` chooses
+who runs the engine's model calls (stock greedy is always fairseq's, in torch);
+calls/iter counts the backend's runtime calls (verify + draft) per iteration.
 
 Shapes measured: the given checkpoint (e.g. the reference verifier with its
 draft head) and, with ``--base-shape``, a random-weight
@@ -18,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from typing import Dict, List, Tuple
 
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
+from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend, make_backend
+from nmt_specdec.errors import UserError
 from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
 
 Config = Tuple[str, int]  # ("stock", 0) or ("engine", K)
@@ -34,8 +39,14 @@ def _batches(dataset, count: int, size: int) -> List[dict]:
             for s in range(0, count, size)]
 
 
-def _decode(generator, model, batches: List[dict]) -> Tuple[float, int, float]:
-    """(seconds, loop turns, committed tokens per iteration) of one pass."""
+Result = Tuple[float, int, float, float]
+
+
+def _decode(generator, model, batches: List[dict]) -> Result:
+    """(seconds, loop turns, committed tokens per iteration, runtime calls per
+    iteration) of one pass."""
+    backend = getattr(generator, "backend", None)
+    calls_before = sum(backend.calls[kind] for kind in ("verify", "draft")) if backend else 0
     turns, start = 0, time.perf_counter()
     with torch.no_grad():
         for batch in batches:
@@ -44,13 +55,17 @@ def _decode(generator, model, batches: List[dict]) -> Tuple[float, int, float]:
     seconds = time.perf_counter() - start
     stats = getattr(generator, "stats", None)
     if stats is None:
-        return seconds, turns, 1.0
-    return seconds, sum(stats.k_chosen.values()), stats.mean_accepted_tokens
+        return seconds, turns, 1.0, float("nan")
+    iterations = sum(stats.k_chosen.values())
+    calls = sum(backend.calls[kind] for kind in ("verify", "draft")) - calls_before
+    return seconds, iterations, stats.mean_accepted_tokens, calls / max(1, iterations)
 
 
 def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[int],
-            repeats: int, max_len_a: float, max_len_b: int) -> List[Dict]:
+            repeats: int, max_len_a: float, max_len_b: int, backend: str = DEFAULT_BACKEND,
+            int8: bool = False) -> List[Dict]:
     """Rows of one model at one batch size (first row: stock greedy)."""
+    runtime = make_backend(backend, model, tgt_dict, int8)  # shared by the engine rows
     batches = _batches(dataset, min(sentences, len(dataset)), batch_size)
     rules = LengthRules(max_len_a=max_len_a, max_len_b=max_len_b,
                         max_positions=model.max_decoder_positions())
@@ -58,10 +73,11 @@ def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[
     generators = {
         ("stock", 0): SequenceGenerator([model], tgt_dict, beam_size=1, max_len_a=max_len_a,
                                         max_len_b=max_len_b),
-        **{("engine", k): SpecDecGenerator(model, tgt_dict, SpecDecOptions(k=k), rules)
+        **{("engine", k): SpecDecGenerator(model, tgt_dict, SpecDecOptions(k=k), rules,
+                                           backend=runtime)
            for k in ks},
     }
-    results: Dict[Config, List[Tuple[float, int, float]]] = {c: [] for c in configs}
+    results: Dict[Config, List[Result]] = {c: [] for c in configs}
     for config in configs:  # warm-up
         _decode(generators[config], model, batches[:1])
     for repeat in range(repeats):
@@ -71,12 +87,15 @@ def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[
             if config[0] == "engine":
                 generator.stats = type(generator.stats)()
             results[config].append(_decode(generator, model, batches))
-    stock_turn = statistics.median(s / t for s, t, _ in results[("stock", 0)])
+    stock_turn = statistics.median(r[0] / r[1] for r in results[("stock", 0)])
+    label = backend + (" int8" if int8 else "")
     rows = []
     for config in configs:
-        seconds = statistics.median(s for s, _, _ in results[config])
-        turn = statistics.median(s / t for s, t, _ in results[config])
-        rows.append({"decoder": "stock greedy" if config[0] == "stock" else f"engine K={config[1]}",
+        seconds = statistics.median(r[0] for r in results[config])
+        turn = statistics.median(r[0] / r[1] for r in results[config])
+        rows.append({"decoder": ("stock greedy (torch)" if config[0] == "stock"
+                                 else f"engine K={config[1]} ({label})"),
+                     "calls_per_iteration": results[config][0][3],
                      "batch": batch_size, "seconds": seconds, "ms_per_turn": 1e3 * turn,
                      "turn_over_stock_step": turn / stock_turn,
                      "tokens_per_iteration": results[config][0][2]})
@@ -105,17 +124,16 @@ def format_rows(name: str, rows: List[Dict]) -> str:
     for row in rows:
         lines.append(f"| {name} | {row['batch']} | {row['decoder']} | {row['seconds']:.3f} | "
                      f"{row['ms_per_turn']:.2f} | {row['turn_over_stock_step']:.2f}x | "
-                     f"{row['tokens_per_iteration']:.2f} |")
+                     f"{row['tokens_per_iteration']:.2f} | {row['calls_per_iteration']:.2f} |")
     return "\n".join(lines)
 
 
-HEADER = ("| model | batch | decoder | seconds | ms per turn | turn / stock step | tok/iter |\n"
-          "|---|---:|---|---:|---:|---:|---:|")
+HEADER = ("| model | batch | decoder | seconds | ms per turn | turn / stock step | tok/iter "
+          "| calls/iter |\n|---|---:|---|---:|---:|---:|---:|---:|")
 
 
 def main(argv: List[str] | None = None) -> int:
     import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
-    from fairseq import checkpoint_utils
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True)
@@ -128,9 +146,25 @@ def main(argv: List[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+                   help="who runs the engine's model calls")
+    p.add_argument("--int8", action="store_true",
+                   help="with --backend onnxruntime: 8-bit verifier and draft weights")
     p.add_argument("--base-shape", action="store_true",
                    help="also measure a random-weight Transformer-base (wmt_en_de shape)")
     args = p.parse_args(argv)
+    try:
+        check_backend(args.backend, args.int8)
+        return run(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the table for parsed ``main`` arguments."""
+    from fairseq import checkpoint_utils
+
     torch.set_num_threads(args.threads)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [args.checkpoint], arg_overrides={"data": args.data})
@@ -143,6 +177,6 @@ def main(argv: List[str] | None = None) -> int:
         for batch_size in args.batch_sizes:
             rows = measure(model, task.target_dictionary, task.dataset(args.split),
                            args.sentences, batch_size, args.ks, args.repeats,
-                           args.max_len_a, args.max_len_b)
+                           args.max_len_a, args.max_len_b, args.backend, args.int8)
             print(format_rows(name, rows), flush=True)
     return 0
