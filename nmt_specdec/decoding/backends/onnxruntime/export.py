@@ -44,7 +44,7 @@ from nmt_specdec.decoding.verifier_pass import LeanVerifier
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 1  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 2  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"

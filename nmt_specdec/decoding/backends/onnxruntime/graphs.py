@@ -12,7 +12,14 @@ compute what the torch backend computes. Differences, all for a graph runtime:
   writes them (a graph cannot update an input in place);
 - the encoder graph also projects every decoder and draft layer's encoder
   keys/values (computed once per batch);
-- the draft graph ends with the argmax (only (B, K) ids leave the runtime).
+- the draft graph ends with the argmax (only (B, K) ids leave the runtime);
+- the decoder layers are written out here (:func:`graph_layer`, the same
+  arithmetic as :func:`~..layers.layer_pass` on the same ``LayerWeights``) so
+  that the graph has no dynamic-shape plumbing: head splits are one ``Reshape``
+  with a constant shape (0 = keep that dimension), linears are 3-D ``MatMul``s,
+  attention is spelled out with a constant scale. Traced from the lean pass,
+  Shape/Gather/Unsqueeze/Concat ops for every reshape took about as much runtime
+  as the matrix products at this model size (ORT profile).
 
 Shapes: B rows, N new positions, T cache slots, S source, L layers, H heads,
 D head dim, C model dim, V vocabulary, K draft slots.
@@ -21,14 +28,14 @@ D head dim, C model dim, V vocabulary, K draft slots.
 from __future__ import annotations
 
 import copy
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.layers import CrossKV, SelfAttention, cross_kv, layer_pass
+from nmt_specdec.decoding.layers import CrossKV, LayerWeights, Norm, cross_kv
 from nmt_specdec.decoding.verifier_pass import LeanVerifier, encoder_memory
 
 
@@ -41,6 +48,76 @@ def kv_names(prefix: str, layers: int) -> List[str]:
 def _arange_like(size_of: Tensor, dim: int) -> Tensor:
     """``arange(size_of.size(dim))`` that the tracer keeps dynamic."""
     return torch.arange(size_of.size(dim), device=size_of.device)
+
+
+class _Reshape(torch.autograd.Function):
+    """``x`` reshaped to ``shape`` (0 keeps that dimension, -1 is inferred),
+    exported as a single ``Reshape`` with a constant shape."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, shape: tuple) -> Tensor:  # type: ignore[override]
+        return x.reshape([x.size(i) if size == 0 else size for i, size in enumerate(shape)])
+
+    @staticmethod
+    def symbolic(g, x, shape):
+        return g.op("Reshape", x, g.op("Constant", value_t=torch.tensor(shape)))
+
+
+def _split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, N, C) -> (B, H, N, D)."""
+    return _Reshape.apply(x, (0, 0, heads, -1)).transpose(1, 2)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """(B, H, N, D) -> (B, N, C)."""
+    return _Reshape.apply(x.transpose(1, 2), (0, 0, -1))
+
+
+def _linear(x: Tensor, bias_weight) -> Tensor:
+    bias, weight_t = bias_weight
+    return torch.matmul(x, weight_t) + bias
+
+
+def _norm_if(flag: bool, x: Tensor, norm: Optional[Norm]) -> Tensor:
+    if not flag or norm is None:
+        return x
+    weight, bias, eps = norm
+    return F.layer_norm(x, [weight.numel()], weight, bias, eps)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
+    """Softmax attention, (B, H, N, D) queries; ``mask`` (B, 1, N, T) bool or None."""
+    scores = torch.matmul(q * scale, k.transpose(2, 3))  # (B, H, N, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(scores.softmax(-1), v)
+
+
+def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV) -> Tensor:
+    """One decoder layer, as :func:`~..layers.layer_pass`, without dynamic shapes.
+
+    Args:
+        w: the layer's weights.
+        x: (B, N, C).
+        self_kv: ``(key, value) -> (keys, values)`` to attend to, given the new
+            (B, H, N, D) keys and values.
+        self_mask: (B, 1, N, T) bool or None.
+        cross: encoder keys/values (B, H, S, D) and mask (B, 1, 1, S).
+    """
+    pre, heads = w.normalize_before, w.heads
+    scale = (w.self_out[1].size(0) // heads) ** -0.5  # 1/sqrt(D), a constant
+    h = _norm_if(pre, x, w.self_norm)
+    q, k, v = _linear(h, w.self_qkv).chunk(3, dim=-1)
+    keys, values = self_kv(_split_heads(k, heads), _split_heads(v, heads))
+    a = _attend(_split_heads(q, heads), keys, values, self_mask, scale)
+    x = _norm_if(not pre, x + _linear(_merge_heads(a), w.self_out), w.self_norm)
+    h = _norm_if(pre, x, w.cross_norm)
+    q = _split_heads(_linear(h, w.cross_q), heads)
+    a = _attend(q, cross.key, cross.value, cross.mask, scale)
+    x = _norm_if(not pre, x + _linear(_merge_heads(a), w.cross_out), w.cross_norm)
+    h = _norm_if(pre, x, w.final_norm)
+    h = _linear(w.activation(_linear(h, w.fc1)), w.fc2)
+    return _norm_if(not pre, x + h, w.final_norm)
 
 
 class EncoderGraph(nn.Module):
@@ -94,19 +171,17 @@ class VerifyGraph(nn.Module):
         mask = torch.cat([old, causal], dim=2).unsqueeze(1)  # (B, 1, N, T+N)
         new_keys: List[Tensor] = []
         new_values: List[Tensor] = []
-
-        def store(layer: int, key: Tensor, value: Tensor):
-            new_keys.append(key)
-            new_values.append(value)
-            return (torch.cat([past[2 * layer], key], dim=2),
-                    torch.cat([past[2 * layer + 1], value], dim=2))
-
-        attention = SelfAttention(store, mask)
         for index, weights in enumerate(lean.layers):
+
+            def store(key: Tensor, value: Tensor, index: int = index):
+                new_keys.append(key)
+                new_values.append(value)
+                return (torch.cat([past[2 * index], key], dim=2),
+                        torch.cat([past[2 * index + 1], value], dim=2))
+
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
-            x = layer_pass(weights, index, x, attention, memory)
-        if lean.final_norm is not None:
-            x = F.layer_norm(x, x.shape[-1:], *lean.final_norm)
+            x = graph_layer(weights, x, store, mask, memory)
+        x = _norm_if(True, x, lean.final_norm)
         logits = torch.matmul(x, lean.output_t)  # (B, N, V)
         return logits, x, torch.stack(new_keys), torch.stack(new_values)
 
@@ -135,15 +210,13 @@ class DraftGraph(nn.Module):
         lean = self.lean
         x = self.head.block_inputs(states, last_tokens, block_positions[:, 0],
                                    block_positions.size(1) - 1, lean.positions)
-        attention = SelfAttention(_no_cache, None)
         for index, weights in enumerate(lean.layers):
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
-            x = layer_pass(weights, index, x, attention, memory)
-        if lean.final_norm is not None:
-            x = F.layer_norm(x, x.shape[-1:], *lean.final_norm)
+            x = graph_layer(weights, x, _no_cache, None, memory)
+        x = _norm_if(True, x, lean.final_norm)
         logits = torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
         return logits.argmax(dim=-1)
 
 
-def _no_cache(layer: int, key: Tensor, value: Tensor):
+def _no_cache(key: Tensor, value: Tensor):
     return key, value

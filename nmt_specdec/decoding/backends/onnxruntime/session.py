@@ -212,7 +212,7 @@ class OrtBackend(Backend):
         return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
 
     def verifier(self) -> OrtVerifier:
-        self._fresh()
+        # Freshness is checked once per batch, in encode (it walks every parameter).
         return self._verifier
 
     def drafter(self, pad: int) -> OrtDrafter:
