@@ -217,3 +217,24 @@ def test_hub_decodes_with_onnxruntime(shipped):
     assert generator.backend.name == "onnxruntime"
     plain = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), **options)
     assert ort.translate(lines, beam=1) == plain.translate(lines, beam=1)
+
+
+def test_evaluate_runs_backends_and_ctranslate2_rows(shipped, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from nmt_specdec.evaluation.config import EvalConfig
+    from nmt_specdec.evaluation.pipeline import run
+
+    cfg = EvalConfig(
+        checkpoint=str(MODEL_DIR / "model.pt"), out=str(tmp_path / "eval"),
+        src_file=str(SENTENCES), ref_file=str(SENTENCES),  # BLEU is not the point here
+        spm_model=str(MODEL_DIR / "spm.model"), beams=(1,), grid_k=(0, SETTINGS["k"]),
+        grid_beta=(1,), backends=("onnxruntime",), int8=True, ct2=True,
+        batch_sizes=(8,), repeats=1, warmup_batches=0, progress=False, **LENGTHS)
+    rows = {row["name"]: row for row in run(cfg)["rows"]}
+    assert rows["ctranslate2 greedy fp32"]["differs_from_greedy"] <= 1  # fp32, same weights
+    assert "ctranslate2 greedy int8" in rows
+    fp32 = rows[f"specdec k{SETTINGS['k']} beta1 [onnxruntime]"]
+    assert fp32["backend"] == "onnxruntime" and fp32["differs_from_greedy"] == 0
+    assert rows[f"specdec k{SETTINGS['k']} beta1 [onnxruntime int8]"]["int8"]
+    # "vs k0" compares with the greedy of the same backend.
+    assert rows["engine greedy k0 [onnxruntime int8]"]["speedup_vs_k0"] == 1.0
