@@ -88,6 +88,19 @@ class StaticKVCache:
         self.value[layer][rows, :, self._slots] = value.transpose(1, 2)
         return self.key[layer, :, :, :used], self.value[layer, :, :, :used]
 
+    def store_all(self, keys: Tensor, values: Tensor) -> None:
+        """Writes every layer's new (L, B, H, N, D) keys/values at once (a backend
+        whose pass returns them all, instead of calling :meth:`store` per layer)."""
+        used = self._pass_width
+        if self._uniform_start is not None:
+            self.key[:, :, :, self._uniform_start:used] = keys
+            self.value[:, :, :, self._uniform_start:used] = values
+            return
+        rows = self._rows[: keys.size(1)]
+        # Advanced indices (B, N) around slices put (B, N) first: (B, N, L, H, D).
+        self.key[:, rows, :, self._slots] = keys.permute(1, 3, 0, 2, 4)
+        self.value[:, rows, :, self._slots] = values.permute(1, 3, 0, 2, 4)
+
     def keep_rows(self, rows: Tensor) -> None:
         """Keeps only ``rows`` (B',), in that order; copies only the used width."""
         used = self.width
