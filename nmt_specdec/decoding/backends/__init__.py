@@ -10,6 +10,8 @@ A new backend adds one folder here and one branch in :func:`make_backend`.
 
 from __future__ import annotations
 
+import weakref
+
 from torch import nn
 
 from nmt_specdec.decoding.backends.base import Backend
@@ -46,4 +48,14 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False) -> B
     )
 
     require_onnxruntime()
-    return OrtBackend(model, tgt_dict.pad(), tgt_dict.eos(), int8)
+    # One backend per (model, options): the hub builds a generator per call and
+    # the evaluation one per row; each would otherwise hash the weights again and
+    # hold its own copy of them in its sessions.
+    key = (tgt_dict.pad(), tgt_dict.eos(), int8)
+    shared = _SHARED.setdefault(model, {})
+    if key not in shared:
+        shared[key] = OrtBackend(model, *key)
+    return shared[key]
+
+
+_SHARED: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()

@@ -41,6 +41,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graphs import (
 )
 from nmt_specdec.decoding.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.verifier_pass import LeanVerifier
+from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +89,13 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     if directory.exists():
         logger.warning("ONNX cache %s is stale or corrupt: rebuilding it", directory)
         shutil.rmtree(directory, ignore_errors=True)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".building-"))
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".building-"))
+    except OSError as err:
+        raise UserError(f"--backend onnxruntime: cannot write the ONNX cache {directory.parent} "
+                        f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
+                        "directory") from None
     try:
         files = export_graphs(model, pad, building)
         if int8:
