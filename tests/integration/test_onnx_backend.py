@@ -116,8 +116,13 @@ def test_passes_equal_the_torch_passes(shipped, backends):
         from nmt_specdec.drafters import DraftRequest
 
         drafts = drafter.propose(DraftRequest(prefix, start, second.hidden[:, 0], torch.arange(4), 3))
-        results.append((first, second, drafts))
-    (torch_first, torch_second, torch_drafts), (ort_first, ort_second, ort_drafts) = results
+        # The encoder memory the verifier's first layer attends to, pads zeroed.
+        key, mask = ((cross[0].key, cross[0].mask) if isinstance(cross, list)
+                     else (cross.cross[0], cross.mask))
+        results.append((first, second, drafts, key * mask.transpose(2, 3)))
+    (torch_first, torch_second, torch_drafts, torch_key), (ort_first, ort_second, ort_drafts,
+                                                           ort_key) = results
+    torch.testing.assert_close(ort_key, torch_key, atol=1e-5, rtol=1e-4)
     for ours, theirs in ((ort_first, torch_first), (ort_second, torch_second)):
         torch.testing.assert_close(ours.logits, theirs.logits, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(ours.hidden, theirs.hidden, atol=1e-4, rtol=1e-4)

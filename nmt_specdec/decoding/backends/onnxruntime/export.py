@@ -36,8 +36,10 @@ from torch import nn
 from nmt_specdec.decoding.backends.onnxruntime.graphs import (
     DraftGraph,
     EncoderGraph,
+    LeanEncoderGraph,
     VerifyGraph,
     kv_names,
+    lean_encoder_layers,
 )
 from nmt_specdec.decoding.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.verifier_pass import LeanVerifier
@@ -45,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 2  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 3  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -150,7 +152,9 @@ def _export_graphs(model: nn.Module, pad: int, out: Path) -> list:
     # Two source rows, one left-padded: fairseq's encoder then takes its padding
     # branch, which is also right for unpadded batches.
     src = torch.tensor([[5, 6, 7, 2], [pad, 5, 6, 2]])
-    encoder = EncoderGraph(model.encoder, verifier, head).eval()
+    lean_layers = lean_encoder_layers(model.encoder)
+    encoder = (EncoderGraph(model.encoder, verifier, head) if lean_layers is None else
+               LeanEncoderGraph(model.encoder, lean_layers, verifier, head)).eval()
     with torch.no_grad():
         memory = encoder(src, torch.tensor([4, 3]))
     cross_names = kv_names("cross", layers) + kv_names("draft", draft_layers)
