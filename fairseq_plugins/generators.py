@@ -27,7 +27,7 @@ def build_decoder(cfg, models, tgt_dict, args, stock=None):
     if cfg.spec_decoding:
         fast = _spec_generator(cfg, models, tgt_dict, args)
     else:
-        if cfg.int8 or cfg.backend != DEFAULT_BACKEND:
+        if cfg.int8 or cfg.fused_draft or cfg.backend != DEFAULT_BACKEND:
             logger.warning("--backend/--int8 apply to --spec-decoding (--spec-k 0: greedy); "
                            "fairseq's own generator runs in torch")
         fast = stock
@@ -55,7 +55,7 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
     options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
                              deterministic=cfg.deterministic, auto_k=auto and k > 0)
-    backend = make_backend(cfg.backend, model, tgt_dict, cfg.int8)
+    backend = make_backend(cfg.backend, model, tgt_dict, cfg.int8, cfg.fused_draft)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
                                                  backend=backend)
 

@@ -51,15 +51,16 @@ class SpecDecTransformerModel(TransformerModel):
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt",
                         data_name_or_path=".", **kwargs):
-        """fairseq's hub loader, plus ``backend=``/``int8=``: fairseq applies keyword
+        """fairseq's hub loader, plus ``backend=``/``int8=``/``fused_draft=``: fairseq applies keyword
         overrides only to options the checkpoint saved, and checkpoints older than
         these options lack them, so they are set on the task after loading."""
-        late = {name: kwargs.pop(name) for name in ("backend", "int8") if name in kwargs}
+        late = {name: kwargs.pop(name) for name in ("backend", "int8", "fused_draft")
+                if name in kwargs}
         hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
                                       **kwargs)
         for name, value in late.items():
             setattr(hub.task.cfg, name, value)
-        check_backend(hub.task.cfg.backend, hub.task.cfg.int8)
+        check_backend(hub.task.cfg.backend, hub.task.cfg.int8, hub.task.cfg.fused_draft)
         return hub
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):

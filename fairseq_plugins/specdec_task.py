@@ -64,6 +64,12 @@ class TranslationSpecDecConfig(TranslationConfig):
         metadata={"help": "with --backend onnxruntime: 8-bit weights in the verifier and draft "
                           "graphs (beta=1 stays exactly the int8 verifier's greedy output)"},
     )
+    fused_draft: bool = field(
+        default=False,
+        metadata={"help": "with --backend onnxruntime: run the draft head inside the verify "
+                          "call, after every verified position (one runtime call per "
+                          "iteration; same output)"},
+    )
     deterministic: bool = field(
         default=False,
         metadata={"help": "batch-invariant output (greedy only): replay committed tokens "
@@ -173,7 +179,7 @@ def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
                         f"{cfg.max_target_positions}")
     if cfg.spec_beta < 1:
         raise UserError(f"--spec-beta must be >= 1, got {cfg.spec_beta}")
-    check_backend(cfg.backend, cfg.int8)
+    check_backend(cfg.backend, cfg.int8, cfg.fused_draft)
     if cfg.deterministic_window < 1:
         raise UserError(f"--deterministic-window must be >= 1, got {cfg.deterministic_window}")
     if cfg.spec_tau < 0:

@@ -91,6 +91,7 @@ class TranslateConfig:
     spec_tau: float = 0.0
     backend: str = DEFAULT_BACKEND
     int8: bool = False
+    fused_draft: bool = False
     beam: int = 5
     batch_size: int = 32
     max_len_a: float = 0.0
@@ -99,7 +100,7 @@ class TranslateConfig:
 
     def __post_init__(self) -> None:
         parse_spec_k(self.spec_k)  # raises UserError naming the option
-        check_backend(self.backend, self.int8)
+        check_backend(self.backend, self.int8, self.fused_draft)
         if self.spec_beta < 1:
             raise UserError(f"--spec-beta must be >= 1, got {self.spec_beta}")
         if not self.spec_tau >= 0:
@@ -244,6 +245,7 @@ def _build_generator(cfg: TranslateConfig, task, model):
         task.cfg.spec_k, task.cfg.spec_beta = cfg.spec_k, cfg.spec_beta
         task.cfg.spec_tau = cfg.spec_tau
         task.cfg.backend, task.cfg.int8 = cfg.backend, cfg.int8
+        task.cfg.fused_draft = cfg.fused_draft
     return task.build_generator([model], gen)
 
 
@@ -415,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
         "per checkpoint and cached)")
     add("--int8", action="store_true",
         help="with --backend onnxruntime: 8-bit weights (beta=1 = the int8 greedy output)")
+    add("--fused-draft", action="store_true",
+        help="with --backend onnxruntime: draft inside the verify call (same output)")
     add("--beam", type=int, default=5, help="beam size without --spec-decoding")
     add("--batch-size", type=int, default=32, help="sentences per model call")
     add("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b")

@@ -155,6 +155,12 @@ def _add_decoding_args(group) -> None:
         help="also run the onnxruntime SpecDec rows with 8-bit weights",
     )
     group.add_argument(
+        "--fused-draft",
+        action="store_true",
+        help="also run the onnxruntime SpecDec rows with the draft head inside the "
+        "verify call (one runtime call per iteration)",
+    )
+    group.add_argument(
         "--ct2",
         action="store_true",
         help="add CTranslate2 fp32 and int8 greedy rows: the verifier is exported "

@@ -43,6 +43,8 @@ class EvalConfig:
         stock_only: time only the stock generator (any fairseq checkpoint).
         backends: SpecDec backends; every SpecDec row runs on each.
         int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
+        fused_draft: also run the onnxruntime SpecDec rows (K > 0) with the draft
+            head inside the verify call.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier.
         batch_sizes: sentences per batch; each configuration runs at each size.
         repeats: timed passes per configuration and batch size (median reported).
@@ -78,6 +80,7 @@ class EvalConfig:
     stock_only: bool = False
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
     int8: bool = False
+    fused_draft: bool = False
     ct2: bool = False
     batch_sizes: Tuple[int, ...] = (1, 32)
     repeats: int = 3
@@ -104,6 +107,7 @@ class DecoderSpec:
         tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
         backend: who runs SpecDec's model calls (``--backend``).
         int8: 8-bit weights (SpecDec on onnxruntime; CTranslate2's int8).
+        fused_draft: drafts from the verify call (onnxruntime, K > 0).
     """
 
     kind: str
@@ -114,6 +118,7 @@ class DecoderSpec:
     auto: bool = False
     backend: str = "torch"
     int8: bool = False
+    fused_draft: bool = False
 
     @property
     def name(self) -> str:
@@ -123,7 +128,8 @@ class DecoderSpec:
             return f"ctranslate2 greedy {'int8' if self.int8 else 'fp32'}"
         # The torch rows keep their historical names.
         runtime = "" if self.backend == "torch" else (
-            f" [{self.backend}{' int8' if self.int8 else ''}]")
+            f" [{self.backend}{' int8' if self.int8 else ''}"
+            f"{' fused' if self.fused_draft else ''}]")
         if self.k == 0:
             return f"engine greedy k0{runtime}"
         tau = "" if self.beta == 1 else f" tau{self.tau:g}"
@@ -162,9 +168,12 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     if cfg.stock_only:
         return specs
     for backend in dict.fromkeys(cfg.backends):
-        for int8 in (False, True) if cfg.int8 and backend == "onnxruntime" else (False,):
-            specs += [dataclasses.replace(spec, backend=backend, int8=int8)
-                      for spec in _specdec_grid(cfg, default_k)]
+        ort = backend == "onnxruntime"
+        for int8 in (False, True) if cfg.int8 and ort else (False,):
+            for fused in (False, True) if cfg.fused_draft and ort else (False,):
+                specs += [dataclasses.replace(spec, backend=backend, int8=int8, fused_draft=fused)
+                          for spec in _specdec_grid(cfg, default_k)
+                          if not (fused and spec.k == 0)]  # K=0 drafts nothing
     return specs
 
 
@@ -196,8 +205,9 @@ def validate(cfg: EvalConfig) -> None:
     _check_positive("--threads", [cfg.threads])
     for backend in cfg.backends:
         check_backend(backend)
-    if cfg.int8 and "onnxruntime" not in cfg.backends:
-        raise UserError("--int8 needs onnxruntime among --backend")
+    for flag, value in (("--int8", cfg.int8), ("--fused-draft", cfg.fused_draft)):
+        if value and "onnxruntime" not in cfg.backends:
+            raise UserError(f"{flag} needs onnxruntime among --backend")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)

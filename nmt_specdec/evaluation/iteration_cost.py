@@ -63,9 +63,9 @@ def _decode(generator, model, batches: List[dict]) -> Result:
 
 def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[int],
             repeats: int, max_len_a: float, max_len_b: int, backend: str = DEFAULT_BACKEND,
-            int8: bool = False) -> List[Dict]:
+            int8: bool = False, fused_draft: bool = False) -> List[Dict]:
     """Rows of one model at one batch size (first row: stock greedy)."""
-    runtime = make_backend(backend, model, tgt_dict, int8)  # shared by the engine rows
+    runtime = make_backend(backend, model, tgt_dict, int8, fused_draft)  # shared by the rows
     batches = _batches(dataset, min(sentences, len(dataset)), batch_size)
     rules = LengthRules(max_len_a=max_len_a, max_len_b=max_len_b,
                         max_positions=model.max_decoder_positions())
@@ -88,7 +88,7 @@ def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[
                 generator.stats = type(generator.stats)()
             results[config].append(_decode(generator, model, batches))
     stock_turn = statistics.median(r[0] / r[1] for r in results[("stock", 0)])
-    label = backend + (" int8" if int8 else "")
+    label = backend + (" int8" if int8 else "") + (" fused" if fused_draft else "")
     rows = []
     for config in configs:
         seconds = statistics.median(r[0] for r in results[config])
@@ -150,11 +150,13 @@ def main(argv: List[str] | None = None) -> int:
                    help="who runs the engine's model calls")
     p.add_argument("--int8", action="store_true",
                    help="with --backend onnxruntime: 8-bit verifier and draft weights")
+    p.add_argument("--fused-draft", action="store_true",
+                   help="with --backend onnxruntime: draft inside the verify call")
     p.add_argument("--base-shape", action="store_true",
                    help="also measure a random-weight Transformer-base (wmt_en_de shape)")
     args = p.parse_args(argv)
     try:
-        check_backend(args.backend, args.int8)
+        check_backend(args.backend, args.int8, args.fused_draft)
         return run(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -177,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         for batch_size in args.batch_sizes:
             rows = measure(model, task.target_dictionary, task.dataset(args.split),
                            args.sentences, batch_size, args.ks, args.repeats,
-                           args.max_len_a, args.max_len_b, args.backend, args.int8)
+                           args.max_len_a, args.max_len_b, args.backend, args.int8,
+                           args.fused_draft)
             print(format_rows(name, rows), flush=True)
     return 0

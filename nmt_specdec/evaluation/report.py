@@ -67,6 +67,7 @@ def make_row(
         "decoder": run.spec.kind,
         "backend": run.spec.backend if run.spec.kind == "specdec" else None,
         "int8": run.spec.int8,
+        "fused_draft": run.spec.fused_draft,
         "beam": run.spec.beam,
         "k": run.spec.k,
         "auto_k": run.spec.auto,

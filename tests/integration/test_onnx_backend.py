@@ -148,6 +148,25 @@ def test_beta1_equals_greedy_on_the_same_backend(shipped, backends, int8, batch_
     assert backend.calls["draft"] > 0
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_fused_draft_gives_the_same_drafts_in_fewer_calls(shipped, int8):
+    from nmt_specdec.decoding.backends import make_backend
+
+    model, task, sources = shipped
+    runs = {}
+    for fused in (False, True):
+        backend = make_backend("onnxruntime", model, task.target_dictionary, int8, fused)
+        before = backend.calls["draft"]
+        spec = _generator(model, task, SETTINGS["k"], backend)
+        runs[fused] = (_decode(spec, model, task, sources, 8), spec.stats,
+                       backend.calls["draft"] - before)
+    (plain, plain_stats, plain_calls), (fused, fused_stats, fused_calls) = runs.values()
+    assert fused == plain
+    # The same drafts (the head's arithmetic on the same states), up to ties.
+    assert abs(fused_stats.mean_accepted_tokens - plain_stats.mean_accepted_tokens) < 0.02
+    assert fused_calls <= plain_calls / 3  # one per batch, plus constraint fallbacks
+
+
 def test_fp32_onnxruntime_equals_stock_greedy(shipped, backends):
     from fairseq.sequence_generator import SequenceGenerator
 

@@ -22,22 +22,25 @@ BACKENDS = ("torch", "onnxruntime")
 DEFAULT_BACKEND = "torch"
 
 
-def check_backend(name: str, int8: bool = False) -> None:
-    """Raises :class:`UserError` for an unknown ``--backend`` or ``--int8`` without ORT."""
+def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> None:
+    """Raises :class:`UserError` for an unknown ``--backend``, or ``--int8`` or
+    ``--fused-draft`` without onnxruntime."""
     if name not in BACKENDS:
         raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
-    if int8 and name != "onnxruntime":
-        raise UserError("--int8 needs --backend onnxruntime")
+    for flag, value in (("--int8", int8), ("--fused-draft", fused_draft)):
+        if value and name != "onnxruntime":
+            raise UserError(f"{flag} needs --backend onnxruntime")
 
 
-def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False) -> Backend:
+def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
+                 fused_draft: bool = False) -> Backend:
     """The backend ``name`` for ``model`` (special ids from ``tgt_dict``).
 
     Raises:
         UserError: unknown name, ``--int8`` with torch, or a runtime that is not
             installed (one line, no traceback).
     """
-    check_backend(name, int8)
+    check_backend(name, int8, fused_draft)
     if name == "torch":
         from nmt_specdec.decoding.backends.torch import TorchBackend
 
@@ -51,10 +54,10 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False) -> B
     # One backend per (model, options): the hub builds a generator per call and
     # the evaluation one per row; each would otherwise hash the weights again and
     # hold its own copy of them in its sessions.
-    key = (tgt_dict.pad(), tgt_dict.eos(), int8)
+    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft)
     shared = _SHARED.setdefault(model, {})
     if key not in shared:
-        shared[key] = OrtBackend(model, *key)
+        shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft)
     return shared[key]
 
 

@@ -47,10 +47,11 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 3  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 4  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
+FUSED = "fused.onnx"  # verify + the draft head after every position (--fused-draft)
 
 
 def cache_root() -> Path:
@@ -123,7 +124,7 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         manifest = json.loads((directory / MANIFEST).read_text())
         if any(manifest.get(key) != value for key, value in identity.items()):
             return False
-        wanted = {ENCODER, VERIFY} | ({DRAFT} if identity["draft_head"] else set())
+        wanted = {ENCODER, VERIFY} | ({DRAFT, FUSED} if identity["draft_head"] else set())
         files = manifest["files"]
         return wanted <= set(files) and all(
             file_sha256(directory / name) == digest for name, digest in files.items())
@@ -184,7 +185,22 @@ def _export_graphs(model: nn.Module, pad: int, out: Path) -> list:
              "block_positions": {0: "batch", 1: "block"}, **common,
              **{n: source for n in kv_names("draft", draft_layers)}},
             {"drafts": {0: "batch", 1: "slots"}})
-    return [ENCODER, VERIFY, DRAFT]
+    from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
+
+    _export(FusedVerifyGraph(verifier, head).eval(),
+            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask,
+             torch.arange(3), *past, *cross, *draft_cross),
+            out / FUSED,
+            {"tokens": {0: "batch", 1: "new"}, "start": batch, **common,
+             "slot_offsets": {0: "block"},
+             **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
+             **{n: source for n in kv_names("cross", layers)},
+             **{n: source for n in kv_names("draft", draft_layers)}},
+            {"logits": {0: "batch", 1: "new"}, "hidden": {0: "batch", 1: "new"},
+             "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"},
+             "drafts": {0: "batch", 1: "new", 2: "draft_slots"},
+             "anchors": {0: "batch", 1: "new"}})
+    return [ENCODER, VERIFY, DRAFT, FUSED]
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: Dict, outputs: Dict) -> None:

@@ -292,9 +292,14 @@ class DraftGraph(nn.Module):
 
     def forward(self, states: Tensor, last_tokens: Tensor, block_positions: Tensor,
                 memory_mask: Tensor, *cross: Tensor):
+        return self.drafts(states, last_tokens, block_positions[:, 0],
+                           block_positions.size(1) - 1, memory_mask, cross)
+
+    def drafts(self, states: Tensor, last_tokens: Tensor, positions: Tensor, num_slots,
+               memory_mask: Tensor, cross) -> Tensor:
+        """(B, K) drafts after ``last_tokens`` (B,) at ``positions`` (B,)."""
         lean = self.lean
-        x = self.head.block_inputs(states, last_tokens, block_positions[:, 0],
-                                   block_positions.size(1) - 1, lean.positions)
+        x = self.head.block_inputs(states, last_tokens, positions, num_slots, lean.positions)
         for index, weights in enumerate(lean.layers):
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
             x = graph_layer(weights, x, _no_cache, None, memory)

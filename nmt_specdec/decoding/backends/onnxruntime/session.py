@@ -139,8 +139,17 @@ class OrtVerifier(VerifierCalls):
         keys = torch.empty(b.layers, batch, b.heads, new, b.dim // b.heads)
         values = torch.empty_like(keys)
         past = [t[layer] for layer in range(b.layers) for t in (cache.key, cache.value)]
-        self.session.run([tokens, start, cross.mask, *past, *cross.cross],
-                         [logits, hidden, keys, values])
+        drafter = b.fused_drafter
+        if drafter is not None and drafter.k > 0:  # the next drafts in the same call
+            drafts = torch.empty(batch, new, drafter.k, dtype=torch.long)
+            anchors = torch.empty(batch, new, dtype=torch.long)
+            b.fused_session.run([tokens, start, cross.mask, torch.arange(drafter.k + 1), *past,
+                                 *cross.cross, *drafter.memory.draft],
+                                [logits, hidden, keys, values, drafts, anchors])
+            drafter.offer(drafts, anchors, start)
+        else:
+            self.session.run([tokens, start, cross.mask, *past, *cross.cross],
+                             [logits, hidden, keys, values])
         # The graph read the whole cache; the shared cache code writes the new slots.
         cache.begin_pass(start, new, start_max, uniform)
         cache.store_all(keys, values)
@@ -185,19 +194,22 @@ class OrtBackend(Backend):
         model: a fairseq encoder-decoder on the CPU (a ``draft_head`` for K > 0).
         pad, eos: special ids of the target dictionary.
         int8: dynamically quantized verifier and draft graphs.
+        fused_draft: draft inside the verify call (see :mod:`.fused`).
         threads: intra-op threads (default: ``torch.get_num_threads()``).
     """
 
     name = "onnxruntime"
 
     def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, fused_draft: bool = False):
         super().__init__()
         self._ort = require_onnxruntime()
         if any(p.device.type != "cpu" for p in model.parameters()):
             raise UserError("--backend onnxruntime runs on the CPU: pass --cpu "
                             "(or use --backend torch on the GPU)")
         self.model, self.pad, self.eos, self.int8 = model, pad, eos, int8
+        self.fused_draft = fused_draft
+        self.fused_drafter = None  # the generator drafting from fused calls, this batch
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -213,9 +225,11 @@ class OrtBackend(Backend):
         self.encoder_session = GraphSession(self._ort, directory / export.ENCODER, self.threads)
         self._verifier = OrtVerifier(
             GraphSession(self._ort, directory / export.VERIFY, self.threads), self)
-        self.draft_session = None
+        self.draft_session = self.fused_session = None
         if (directory / export.DRAFT).exists():
             self.draft_session = GraphSession(self._ort, directory / export.DRAFT, self.threads)
+        if self.fused_draft and (directory / export.FUSED).exists():
+            self.fused_session = GraphSession(self._ort, directory / export.FUSED, self.threads)
         self._key = weights_key(self.model)
 
     def _fresh(self) -> None:
@@ -224,6 +238,7 @@ class OrtBackend(Backend):
 
     def encode(self, net_input: dict) -> Memory:
         self._fresh()
+        self.fused_drafter = None  # until this batch's drafter registers (start_batch)
         self.calls["encode"] += 1
         src = net_input["src_tokens"]
         batch, source = src.shape
@@ -243,4 +258,8 @@ class OrtBackend(Backend):
         if self.draft_session is None:
             raise UserError("--spec-k > 0 needs a model with a draft head")
         start = self.model.draft_head.start_state.detach().clone()
+        if self.fused_session is not None:
+            from nmt_specdec.decoding.backends.onnxruntime.fused import FusedDrafter
+
+            return FusedDrafter(start, self)
         return OrtDrafter(start, self)

@@ -1,0 +1,100 @@
+"""The draft head inside the verify call (``--fused-draft``): one runtime call per
+iteration instead of two (issue #19, item 3; Medusa/EAGLE-style).
+
+Every verified position j of a row yields the token the verifier would commit
+there (its top-1, pad excluded) and the state that predicted it: exactly the
+anchor the draft head reads when acceptance stops at j. The fused graph drafts
+K tokens after each of the N anchors (N blocks per row), so once acceptance has
+chosen j the next iteration's drafts are already there: :class:`FusedDrafter`
+picks row j of the (B, N, K) drafts. Where the committed token is not the
+graph's anchor (a length or unk constraint changed the verifier's choice) or K
+changed (``--spec-k auto``), it runs the draft graph as usual. The output is the
+same either way (beta=1 is exact whatever the drafts); only the cost moves: one
+call fewer, N times the draft head's work.
+
+Shapes: B rows, N verified positions, K draft slots, C model dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from nmt_specdec.decoding.backends.onnxruntime.graphs import DraftGraph, VerifyGraph, _arange_like
+from nmt_specdec.decoding.backends.onnxruntime.session import OrtDrafter
+from nmt_specdec.decoding.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.verifier_pass import LeanVerifier
+from nmt_specdec.drafters import DraftRequest
+
+
+class FusedVerifyGraph(nn.Module):
+    """:class:`VerifyGraph`, then the draft head after every verified position.
+
+    Inputs: ``tokens``, ``start``, ``memory_mask``, ``slot_offsets`` (K+1,) =
+    0..K, the verifier's past and cross keys/values, the draft head's cross
+    keys/values. Outputs: VerifyGraph's, ``drafts`` (B, N, K) and ``anchors``
+    (B, N).
+    """
+
+    def __init__(self, verifier: LeanVerifier, head: LeanDraftHead):
+        super().__init__()
+        self.verify = VerifyGraph(verifier)
+        self.draft = DraftGraph(head)
+        self.layers = len(verifier.layers)
+        bias = torch.zeros(verifier.output_t.size(1))
+        bias[head.pad] = float("-inf")  # as the loop's constraints: never pad
+        self.register_buffer("verifier_pad_bias", bias)
+
+    def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor,
+                slot_offsets: Tensor, *kv: Tensor):
+        split = 4 * self.layers
+        logits, hidden, keys, values = self.verify(tokens, start, memory_mask, *kv[:split])
+        anchors = (logits + self.verifier_pad_bias).argmax(-1)  # (B, N)
+        batch, new = tokens.shape
+        positions = start.unsqueeze(1) + _arange_like(tokens, 1) + 1  # (B, N) of each anchor
+
+        def per_block(t: Tensor) -> Tensor:  # (B, ...) -> (B*N, ...): one block per anchor
+            return t.unsqueeze(1).expand(batch, new, *t.shape[1:]).flatten(0, 1)
+
+        drafts = self.draft.drafts(hidden.flatten(0, 1), anchors.flatten(), positions.flatten(),
+                                   slot_offsets.size(0) - 1, per_block(memory_mask),
+                                   [per_block(t) for t in kv[split:]])  # (B*N, K)
+        return logits, hidden, keys, values, drafts.view(batch, new, -1), anchors
+
+
+class FusedDrafter(OrtDrafter):
+    """Takes its drafts from the last fused verify call where it can."""
+
+    def __init__(self, start_state: Tensor, backend):
+        super().__init__(start_state, backend)
+        self.k = 0  # the K of the last proposal: the fused graph drafts that many
+        self.pending: Optional[Tuple[Tensor, Tensor, Tensor]] = None
+
+    def start_batch(self, sample: dict, encoder_out) -> None:
+        super().start_batch(sample, encoder_out)
+        self.pending = None
+        self.backend.fused_drafter = self  # the verifier drafts for this generator now
+
+    def keep_rows(self, rows: Tensor) -> None:
+        super().keep_rows(rows)
+        if self.pending is not None:
+            self.pending = tuple(t.index_select(0, rows) for t in self.pending)  # type: ignore
+
+    def offer(self, drafts: Tensor, anchors: Tensor, start: Tensor) -> None:
+        """From the fused call: (B, N, K) drafts, (B, N) anchors, (B,) first position."""
+        self.pending = (drafts, anchors, start)
+
+    def propose(self, request: DraftRequest) -> Tensor:
+        self.k = request.num_slots
+        pending, self.pending = self.pending, None
+        if pending is not None and pending[0].size(2) == request.num_slots:
+            drafts, anchors, start = pending
+            last = request.lengths - 1  # (B,) position of the committed token
+            chosen = (last - 1 - start).view(-1, 1)  # (B, 1) verified position that predicted it
+            committed = request.prefix.gather(1, last.unsqueeze(1))  # (B, 1)
+            if bool(anchors.gather(1, chosen).eq(committed).all()):
+                index = chosen.unsqueeze(2).expand(-1, 1, drafts.size(2))
+                return drafts.gather(1, index).squeeze(1)  # (B, K)
+        return super().propose(request)
