@@ -183,7 +183,7 @@ class OrtDrafter(Drafter):
         slots = torch.arange(request.num_slots + 1, device=last.device)
         drafts = torch.empty(last.numel(), request.num_slots, dtype=torch.long)
         self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
-                          self.memory.mask, *self.memory.draft], [drafts])
+                                        self.memory.mask, *self.memory.draft], [drafts])
         return drafts
 
 
@@ -193,7 +193,7 @@ class OrtBackend(Backend):
     Args:
         model: a fairseq encoder-decoder on the CPU (a ``draft_head`` for K > 0).
         pad, eos: special ids of the target dictionary.
-        int8: dynamically quantized verifier and draft graphs.
+        int8: 8-bit weights in the verifier and draft graphs (see :mod:`.quantize`).
         fused_draft: draft inside the verify call (see :mod:`.fused`).
         threads: intra-op threads (default: ``torch.get_num_threads()``).
     """
