@@ -262,3 +262,25 @@ def test_evaluate_runs_backends_and_ctranslate2_rows(shipped, tmp_path):
     assert rows[f"specdec k{SETTINGS['k']} beta1 [onnxruntime int8]"]["int8"]
     # "vs k0" compares with the greedy of the same backend.
     assert rows["engine greedy k0 [onnxruntime int8]"]["speedup_vs_k0"] == 1.0
+
+
+@pytest.mark.parametrize("extra", [(), ("--encoder-normalize-before", "--decoder-normalize-before",
+                                        "--layernorm-embedding")], ids=["post-norm", "pre-norm"])
+def test_random_model_variants_decode_as_torch(tmp_path, onnx_cache, extra):
+    # The graphs write the layers out: both norm placements and the embedding
+    # LayerNorm must match the torch passes (the shipped model is post-norm).
+    from nmt_specdec.decoding.backends import make_backend
+    from tests.helpers.specdec_toy import random_specdec_model, source_batch
+
+    task, model = random_specdec_model(tmp_path, extra_args=extra)
+    dictionary = task.target_dictionary
+    sample = source_batch(dictionary, [3, 7, 5, 9, 2, 6])
+    ort = make_backend("onnxruntime", model, dictionary, fused_draft=True)
+    for k in (0, 4):
+        expected = _generator(model, task, k).generate([model], sample)
+        got = _generator(model, task, k, ort).generate([model], sample)
+        assert [h[0]["tokens"].tolist() for h in got] == [h[0]["tokens"].tolist()
+                                                          for h in expected]
+        for ours, theirs in zip(got, expected):
+            torch.testing.assert_close(ours[0]["positional_scores"],
+                                       theirs[0]["positional_scores"], atol=1e-4, rtol=1e-4)
