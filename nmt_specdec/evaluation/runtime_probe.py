@@ -1,0 +1,145 @@
+"""One verifier call on each candidate runtime (issue #19: keep the fastest maintained one).
+
+The probe of ``../shared/probes/ort_step.py``, on the real checkpoint and the
+real graphs instead of random weights: the verify pass (N new positions
+against a cache of ``--past`` positions and a ``--source``-token memory) timed
+on torch eager (the torch backend), torch eager and ``torch.compile`` of the
+exported graph module, ONNX Runtime fp32 and int8 (the onnxruntime backend's
+calls, I/O binding included) and OpenVINO (the fp32 ONNX graph, reshaped to
+static shapes; skipped when not installed). Prints ms per call at N=1 (a
+greedy step) and N=K+1 (a verification of K drafts), their ratio, and the
+speed of N=1 against torch eager. Entry point: ``scripts/probe_runtimes.py``.
+
+Shapes: B rows, N new positions, P past positions, S source, L layers, H heads,
+D head dim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from nmt_specdec.errors import UserError
+
+
+def _ms(fn: Callable[[], object], repeats: int) -> float:
+    for _ in range(max(3, repeats // 10)):  # warm-up
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return 1e3 * (time.perf_counter() - start) / repeats
+
+
+def _inputs(backend, batch: int, new: int, past: int):
+    """tokens, start, cache (past positions filled), encoder memory (torch backend's)."""
+    verifier = backend.verifier()
+    cache = verifier.new_cache(batch, past + new + 1)
+    tokens = torch.randint(10, 100, (batch, new))
+    return tokens, torch.full((batch,), past), cache
+
+
+def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeats: int,
+          threads: int) -> List[Dict]:
+    from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.backends.onnxruntime.graphs import VerifyGraph
+    from nmt_specdec.decoding.verifier_pass import LeanVerifier
+
+    torch.set_num_threads(threads)
+    dictionary = task.target_dictionary
+    src = torch.randint(10, 100, (batch, source))
+    src[:, -1] = dictionary.eos()
+    net_input = {"src_tokens": src, "src_lengths": torch.full((batch,), source)}
+    rows = []
+    for new in sorted({1, *(k + 1 for k in ks)}):
+        row: Dict[str, object] = {"N": new}
+        for label, name, int8 in (("torch eager (backend)", "torch", False),
+                                  ("onnxruntime fp32", "onnxruntime", False),
+                                  ("onnxruntime int8", "onnxruntime", True)):
+            backend = make_backend(name, model, dictionary, int8)
+            memory = backend.encode(net_input)
+            verifier = backend.verifier()
+            cross = verifier.cross_states(memory)
+            tokens, start, cache = _inputs(backend, batch, new, past)
+            with torch.no_grad():
+                row[label] = _ms(lambda: verifier.verify(tokens, start, past, cache, cross,
+                                                         True), repeats)
+        ort = make_backend("onnxruntime", model, dictionary)
+        memory = ort.encode(net_input)
+        tokens, start, cache = _inputs(ort, batch, new, past)
+        past_kv = [t[i] for i in range(ort.layers) for t in (cache.key, cache.value)]
+        args = (tokens, start, memory.mask, *past_kv, *memory.cross)
+        graph = VerifyGraph(LeanVerifier(model.decoder)).eval()
+        with torch.no_grad():
+            row["torch eager (graph module)"] = _ms(lambda: graph(*args), repeats)
+            compiled = torch.compile(graph, dynamic=False)
+            row["torch.compile"] = _ms(lambda: compiled(*args), repeats)
+        row["openvino fp32"] = _openvino_ms(ort.directory / "verify.onnx", args, threads,
+                                            repeats)
+        rows.append(row)
+    return rows
+
+
+def _openvino_ms(path, args, threads: int, repeats: int) -> Optional[float]:
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    core = ov.Core()
+    model = core.read_model(str(path))
+    names = [port.get_any_name() for port in model.inputs]
+    model.reshape({name: list(t.shape) for name, t in zip(names, args)})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    request = compiled.create_infer_request()
+    feeds = {name: t.numpy() for name, t in zip(names, args)}
+    return _ms(lambda: request.infer(feeds, share_inputs=True), repeats)
+
+
+def format_rows(rows: List[Dict]) -> str:
+    labels = [k for k in rows[0] if k != "N"]
+    base = rows[0]["torch eager (backend)"]
+    lines = ["| runtime | " + " | ".join(f"N={r['N']} ms" for r in rows)
+             + " | largest N / N=1 | N=1 speed vs torch eager |",
+             "|---|" + "---:|" * (len(rows) + 2)]
+    for label in labels:
+        values = [r[label] for r in rows]
+        if any(v is None for v in values):
+            lines.append(f"| {label} | " + " | ".join("n/a" for _ in rows) + " | n/a | n/a |")
+            continue
+        lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in values)
+                     + f" | {values[-1] / values[0]:.2f} | {base / values[0]:.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="directory with the dictionaries")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--ks", type=int, nargs="+", default=[4])
+    p.add_argument("--past", type=int, default=12)
+    p.add_argument("--source", type=int, default=12)
+    p.add_argument("--repeats", type=int, default=2000)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    # Importing fairseq leaves the root logger at DEBUG (inductor's lock chatter).
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        from fairseq import checkpoint_utils
+
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+            [args.checkpoint], arg_overrides={"data": args.data})
+        rows = probe(models[0].eval(), task, args.batch, args.ks, args.past, args.source,
+                     args.repeats, args.threads)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_rows(rows))
+    return 0
