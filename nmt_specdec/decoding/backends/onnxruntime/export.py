@@ -80,11 +80,18 @@ def file_sha256(path: Path) -> str:
 
 
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
-              root: Optional[Path] = None) -> Path:
-    """The directory of valid graphs for ``model``, exporting them if needed."""
+              root: Optional[Path] = None, fused: bool = False) -> Path:
+    """The directory of valid graphs for ``model``, exporting them if needed
+    (``fused``: also the fused verify+draft graph, in a directory of its own so
+    that the plain variant does not store its weights twice)."""
+    import onnxruntime
+
     digest = weights_sha256(model)
-    directory = (root or cache_root()) / digest / ("int8" if int8 else "fp32")
+    variant = ("int8" if int8 else "fp32") + ("-fused" if fused else "")
+    directory = (root or cache_root()) / digest / variant
+    # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
+                "onnxruntime": onnxruntime.__version__, "fused": fused,
                 "weights_sha256": digest, "int8": int8, "pad": pad, "eos": eos,
                 "draft_head": hasattr(model, "draft_head")}
     if _is_valid(directory, identity):
@@ -100,7 +107,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
                         "directory") from None
     try:
-        files = export_graphs(model, pad, building)
+        files = export_graphs(model, pad, building, fused)
         if int8:
             from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
 
@@ -124,7 +131,8 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         manifest = json.loads((directory / MANIFEST).read_text())
         if any(manifest.get(key) != value for key, value in identity.items()):
             return False
-        wanted = {ENCODER, VERIFY} | ({DRAFT, FUSED} if identity["draft_head"] else set())
+        wanted = {ENCODER, VERIFY} | ({DRAFT} if identity["draft_head"] else set())
+        wanted |= {FUSED} if identity["draft_head"] and identity["fused"] else set()
         files = manifest["files"]
         return wanted <= set(files) and all(
             file_sha256(directory / name) == digest for name, digest in files.items())
@@ -132,7 +140,7 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         return False
 
 
-def export_graphs(model: nn.Module, pad: int, out: Path) -> list:
+def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
@@ -140,13 +148,13 @@ def export_graphs(model: nn.Module, pad: int, out: Path) -> list:
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out)
+        return _export_graphs(model, pad, out, fused)
     finally:
         for p in frozen:
             p.requires_grad_(True)
 
 
-def _export_graphs(model: nn.Module, pad: int, out: Path) -> list:
+def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
@@ -185,6 +193,8 @@ def _export_graphs(model: nn.Module, pad: int, out: Path) -> list:
              "block_positions": {0: "batch", 1: "block"}, **common,
              **{n: source for n in kv_names("draft", draft_layers)}},
             {"drafts": {0: "batch", 1: "slots"}})
+    if not fused:
+        return [ENCODER, VERIFY, DRAFT]
     from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
 
     _export(FusedVerifyGraph(verifier, head).eval(),

@@ -220,7 +220,8 @@ class OrtBackend(Backend):
         self._load()
 
     def _load(self) -> None:
-        directory = export.graph_dir(self.model, self.pad, self.eos, self.int8)
+        directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
+                                     fused=self.fused_draft)
         self.directory = directory
         self.encoder_session = GraphSession(self._ort, directory / export.ENCODER, self.threads)
         self._verifier = OrtVerifier(
