@@ -98,6 +98,7 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     # That moves logits of magnitude ~10 by ~1e-6; 1e-4 is still far below the
     # top-1/top-2 gaps that decide a token and below int8's error (~1e-2).
     from nmt_specdec.decoding.backends.torch import TorchBackend
+    from nmt_specdec.drafters import DraftRequest
 
     model, task, sources = shipped
     batch = _first_batch(task, sources, 4)["net_input"]
@@ -113,9 +114,8 @@ def test_passes_equal_the_torch_passes(shipped, backends):
         second = verifier.verify(torch.tensor([[20, 21, 22]] * 4), start, 5, cache, cross)
         drafter = backend.drafter(task.target_dictionary.pad())
         drafter.start_batch({}, memory)
-        from nmt_specdec.drafters import DraftRequest
-
-        drafts = drafter.propose(DraftRequest(prefix, start, second.hidden[:, 0], torch.arange(4), 3))
+        request = DraftRequest(prefix, start, second.hidden[:, 0], torch.arange(4), 3)
+        drafts = drafter.propose(request)
         # The encoder memory the verifier's first layer attends to, pads zeroed.
         key, mask = ((cross[0].key, cross[0].mask) if isinstance(cross, list)
                      else (cross.cross[0], cross.mask))
