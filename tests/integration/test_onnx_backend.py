@@ -284,3 +284,18 @@ def test_random_model_variants_decode_as_torch(tmp_path, onnx_cache, extra):
         for ours, theirs in zip(got, expected):
             torch.testing.assert_close(ours[0]["positional_scores"],
                                        theirs[0]["positional_scores"], atol=1e-4, rtol=1e-4)
+
+
+def test_iteration_cost_reports_runtime_calls(shipped):
+    from nmt_specdec.evaluation.iteration_cost import format_rows, measure
+
+    model, task, sources = shipped
+    dataset = task.build_dataset_for_inference(sources[:4], [len(s) for s in sources[:4]])
+    rows = {row["decoder"]: row for row in measure(
+        model, task.target_dictionary, dataset, 4, 2, [0, SETTINGS["k"]], 1,
+        backend="onnxruntime", fused_draft=True, **LENGTHS)}
+    assert rows["engine K=0 (onnxruntime fused)"]["calls_per_iteration"] == 1.0
+    # Fused: one call per iteration, plus the first draft of each batch.
+    assert 1.0 < rows[f"engine K={SETTINGS['k']} (onnxruntime fused)"]["calls_per_iteration"] < 1.5
+    table = format_rows("shipped", list(rows.values())).splitlines()
+    assert len(table) == len(rows) and all(line.count("|") == 10 for line in table)
