@@ -124,8 +124,13 @@ def format_rows(name: str, rows: List[Dict]) -> str:
     for row in rows:
         lines.append(f"| {name} | {row['batch']} | {row['decoder']} | {row['seconds']:.3f} | "
                      f"{row['ms_per_turn']:.2f} | {row['turn_over_stock_step']:.2f}x | "
-                     f"{row['tokens_per_iteration']:.2f} | {row['calls_per_iteration']:.2f} |")
+                     f"{row['tokens_per_iteration']:.2f} | {_calls(row)} |")
     return "\n".join(lines)
+
+
+def _calls(row: Dict) -> str:
+    calls = row["calls_per_iteration"]
+    return "n/a" if calls != calls else f"{calls:.2f}"  # NaN: stock greedy
 
 
 HEADER = ("| model | batch | decoder | seconds | ms per turn | turn / stock step | tok/iter "
