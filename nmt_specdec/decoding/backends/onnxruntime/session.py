@@ -13,7 +13,9 @@ D head dim, C model dim, V vocabulary, K draft slots.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+import math
 
 import numpy as np
 import torch
@@ -114,10 +116,30 @@ class GraphSession:
             bind(name, "cpu", 0, dtype, shape, tensor.data_ptr())
 
 
+class Scratch:
+    """Grow-only flat buffers that a call's outputs are views of: once the largest
+    shape has been seen, a step allocates nothing. A view is valid until the
+    next call that takes the same name."""
+
+    def __init__(self) -> None:
+        self._flat: Dict[str, Tensor] = {}
+
+    def take(self, name: str, shape: Sequence[int], dtype=torch.float32) -> Tensor:
+        numel = math.prod(shape)
+        flat = self._flat.get(name)
+        if flat is None or flat.numel() < numel:
+            flat = self._flat[name] = torch.empty(numel, dtype=dtype)
+        return flat[:numel].view(*shape)
+
+
 class OrtVerifier(VerifierCalls):
+    """The verify graph. Its results are views of preallocated buffers, valid until
+    the next ``verify`` (the loop consumes them within the iteration)."""
+
     def __init__(self, session: GraphSession, backend: "OrtBackend"):
         self.session, self.backend = session, backend
         self.embed = torch.zeros(1, backend.dim)  # dtype/device/C of the loop's buffers
+        self.scratch = Scratch()
 
     def cross_states(self, encoder_out: Memory) -> Memory:
         return encoder_out
@@ -134,15 +156,17 @@ class OrtVerifier(VerifierCalls):
         b = self.backend
         b.calls["verify"] += 1
         batch, new = tokens.shape
-        logits = torch.empty(batch, new, b.vocab)
-        hidden = torch.empty(batch, new, b.dim)
-        keys = torch.empty(b.layers, batch, b.heads, new, b.dim // b.heads)
-        values = torch.empty_like(keys)
+        take = self.scratch.take
+        logits = take("logits", (batch, new, b.vocab))
+        hidden = take("hidden", (batch, new, b.dim))
+        keys = take("keys", (b.layers, batch, b.heads, new, b.dim // b.heads))
+        values = take("values", keys.shape)
         past = [t[layer] for layer in range(b.layers) for t in (cache.key, cache.value)]
         drafter = b.fused_drafter
         if drafter is not None and drafter.k > 0:  # the next drafts in the same call
-            drafts = torch.empty(batch, new, drafter.k, dtype=torch.long)
-            anchors = torch.empty(batch, new, dtype=torch.long)
+            # Offered to the drafter and read by its next proposal, before the next verify.
+            drafts = take("drafts", (batch, new, drafter.k), torch.long)
+            anchors = take("anchors", (batch, new), torch.long)
             b.fused_session.run([tokens, start, cross.mask, torch.arange(drafter.k + 1), *past,
                                  *cross.cross, *drafter.memory.draft],
                                 [logits, hidden, keys, values, drafts, anchors])
