@@ -47,11 +47,23 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 4  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 5  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
 FUSED = "fused.onnx"  # verify + the draft head after every position (--fused-draft)
+
+
+def input_names(graph: str, layers: int, draft_layers: int) -> list:
+    """The positional inputs ``graph`` was exported with. The exporter drops inputs
+    a graph does not use (e.g. ``src_lengths``), so sessions bind by these names."""
+    past, cross = kv_names("past", layers), kv_names("cross", layers)
+    draft = kv_names("draft", draft_layers)
+    return {ENCODER: ["src_tokens", "src_lengths", "slot_offsets"],
+            VERIFY: ["tokens", "start", "memory_mask", *past, *cross],
+            DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", *draft],
+            FUSED: ["tokens", "start", "memory_mask", "slot_offsets", *past, *cross, *draft],
+            }[graph]
 
 
 def cache_root() -> Path:
@@ -107,7 +119,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
                         "directory") from None
     try:
-        files = export_graphs(model, pad, building, fused)
+        files = export_graphs(model, pad, building, fused, eos)
         if int8:
             from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
 
@@ -140,7 +152,8 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         return False
 
 
-def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False) -> list:
+def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
+                  eos: int = 2) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
@@ -148,13 +161,13 @@ def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False) ->
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out, fused)
+        return _export_graphs(model, pad, out, fused, eos)
     finally:
         for p in frozen:
             p.requires_grad_(True)
 
 
-def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
+def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
@@ -168,9 +181,19 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
         memory = encoder(src, torch.tensor([4, 3]))
     cross_names = kv_names("cross", layers) + kv_names("draft", draft_layers)
     batch, source = {0: "batch"}, {0: "batch", 2: "source"}
-    _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER,
-            {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": batch},
-            {"memory_mask": {0: "batch", 3: "source"}, **{n: source for n in cross_names}})
+    encoder_inputs = {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": batch}
+    encoder_outputs = {"memory_mask": {0: "batch", 3: "source"},
+                       **{n: source for n in cross_names}}
+    if fused and head is not None:  # the batch's first drafts come with the encoder call
+        from nmt_specdec.decoding.backends.onnxruntime.fused import FusedEncoderGraph
+
+        _export(FusedEncoderGraph(encoder, head, layers, eos).eval(),
+                (src, torch.tensor([4, 3]), torch.arange(3)), out / ENCODER,
+                {**encoder_inputs, "slot_offsets": {0: "block"}},
+                {**encoder_outputs, "first_drafts": {0: "batch", 1: "draft_slots"}})
+    else:
+        _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER, encoder_inputs,
+                encoder_outputs)
     mask, cross, draft_cross = memory[0], memory[1: 1 + 2 * layers], memory[1 + 2 * layers:]
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
     past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * layers)]

@@ -8,7 +8,9 @@ K tokens after each of the N anchors (N blocks per row), so once acceptance has
 chosen j the next iteration's drafts are already there: :class:`FusedDrafter`
 picks row j of the (B, N, K) drafts. Where the committed token is not the
 graph's anchor (a length or unk constraint changed the verifier's choice) or K
-changed (``--spec-k auto``), it runs the draft graph as usual. The output is the
+changed (``--spec-k auto``), it runs the draft graph as usual. The encoder call
+drafts each batch's first block (:class:`FusedEncoderGraph`, with the K of the
+previous proposal), so a warm generator makes exactly one call per iteration. The output is the
 same either way (beta=1 is exact whatever the drafts); only the cost moves: one
 call fewer, N times the draft head's work.
 
@@ -64,6 +66,26 @@ class FusedVerifyGraph(nn.Module):
         return logits, hidden, keys, values, drafts.view(batch, new, -1), anchors
 
 
+class FusedEncoderGraph(nn.Module):
+    """The encoder graph, then the first drafts of the batch (anchor: BOS at
+    position 0, ``start_state`` for the verifier's state), so that no iteration
+    needs a draft call of its own. Extra input ``slot_offsets`` (K+1,), extra
+    output ``first_drafts`` (B, K)."""
+
+    def __init__(self, encoder: nn.Module, head: LeanDraftHead, layers: int, bos: int):
+        super().__init__()
+        self.encoder, self.draft = encoder, DraftGraph(head)
+        self.layers, self.bos = layers, bos
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor, slot_offsets: Tensor):
+        memory = self.encoder(src_tokens, src_lengths)
+        first = src_tokens[:, 0] * 0  # (B,) zeros that keep the batch dimension dynamic
+        states = self.draft.head.start_state.unsqueeze(0) + first.unsqueeze(1).float()
+        drafts = self.draft.drafts(states, first + self.bos, first, slot_offsets.size(0) - 1,
+                                   memory[0], memory[1 + 2 * self.layers:])
+        return (*memory, drafts)
+
+
 class FusedDrafter(OrtDrafter):
     """Takes its drafts from the last fused verify call where it can."""
 
@@ -74,7 +96,7 @@ class FusedDrafter(OrtDrafter):
 
     def start_batch(self, sample: dict, encoder_out) -> None:
         super().start_batch(sample, encoder_out)
-        self.pending = None
+        self.pending = self.backend.first_drafts  # from the encoder call, if any
         self.backend.fused_drafter = self  # the verifier drafts for this generator now
 
     def keep_rows(self, rows: Tensor) -> None:
@@ -87,7 +109,7 @@ class FusedDrafter(OrtDrafter):
         self.pending = (drafts, anchors, start)
 
     def propose(self, request: DraftRequest) -> Tensor:
-        self.k = request.num_slots
+        self.k = self.backend.expected_k = request.num_slots
         pending, self.pending = self.pending, None
         if pending is not None and pending[0].size(2) == request.num_slots:
             drafts, anchors, start = pending

@@ -29,6 +29,7 @@ from nmt_specdec.drafters import Drafter, DraftRequest
 from nmt_specdec.errors import UserError
 
 _NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
+_EMPTY = torch.zeros(8, dtype=torch.int64)
 _TORCH = {"tensor(float)": torch.float32, "tensor(int64)": torch.int64,
           "tensor(bool)": torch.bool}
 
@@ -71,7 +72,7 @@ class GraphSession:
     ~20 per verify call); otherwise through the public API.
     """
 
-    def __init__(self, ort, path: Path, threads: int):
+    def __init__(self, ort, path: Path, threads: int, declared: Sequence[str]):
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -79,6 +80,8 @@ class GraphSession:
         self.session = ort.InferenceSession(str(path), options,
                                             providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
+        # run() takes the inputs the graph was declared with; these it still has.
+        self.picked = [list(declared).index(name) for name in self.inputs]
         self.outputs = [o.name for o in self.session.get_outputs()]
         # fairseq's int32 lengths etc. are cast to what the graph declares.
         self.input_types = [_TORCH[i.type] for i in self.session.get_inputs()]
@@ -91,6 +94,8 @@ class GraphSession:
             pass
 
     def run(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        """``inputs`` in the declared order, ``outputs`` in the graph's."""
+        inputs = [inputs[i] for i in self.picked]
         alive = []  # casts and contiguous copies must outlive the call
         for names, tensors, is_input in ((self.inputs, inputs, True),
                                          (self.outputs, outputs, False)):
@@ -107,13 +112,16 @@ class GraphSession:
 
     def _bind(self, is_input: bool, name: str, tensor: Tensor) -> None:
         shape, dtype = tuple(tensor.shape), _NUMPY[tensor.dtype]
+        # An empty tensor has no data pointer, which binding refuses; any valid
+        # address serves for zero elements.
+        pointer = tensor.data_ptr() or _EMPTY.data_ptr()
         if self._fast is not None:
             binding, device, _ = self._fast
             bind = binding.bind_input if is_input else binding.bind_output
-            bind(name, device, dtype, shape, tensor.data_ptr())
+            bind(name, device, dtype, shape, pointer)
         else:
             bind = self.binding.bind_input if is_input else self.binding.bind_output
-            bind(name, "cpu", 0, dtype, shape, tensor.data_ptr())
+            bind(name, "cpu", 0, dtype, shape, pointer)
 
 
 class Scratch:
@@ -234,6 +242,8 @@ class OrtBackend(Backend):
         self.model, self.pad, self.eos, self.int8 = model, pad, eos, int8
         self.fused_draft = fused_draft
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
+        self.expected_k = 0  # K of the fused drafter's last proposal: drafted at encode
+        self.first_drafts = None  # (drafts (B, 1, K), anchors (B, 1), start (B,)) or None
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -247,14 +257,19 @@ class OrtBackend(Backend):
         directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
                                      fused=self.fused_draft)
         self.directory = directory
-        self.encoder_session = GraphSession(self._ort, directory / export.ENCODER, self.threads)
-        self._verifier = OrtVerifier(
-            GraphSession(self._ort, directory / export.VERIFY, self.threads), self)
-        self.draft_session = self.fused_session = None
-        if (directory / export.DRAFT).exists():
-            self.draft_session = GraphSession(self._ort, directory / export.DRAFT, self.threads)
-        if self.fused_draft and (directory / export.FUSED).exists():
-            self.fused_session = GraphSession(self._ort, directory / export.FUSED, self.threads)
+        head = getattr(self.model, "draft_head", None)
+        draft_layers = len(head.layers) if head is not None else 0
+
+        def session(name: str) -> Optional[GraphSession]:
+            if not (directory / name).exists():
+                return None
+            return GraphSession(self._ort, directory / name, self.threads,
+                                export.input_names(name, self.layers, draft_layers))
+
+        self.encoder_session = session(export.ENCODER)
+        self._verifier = OrtVerifier(session(export.VERIFY), self)
+        self.draft_session = session(export.DRAFT)
+        self.fused_session = session(export.FUSED) if self.fused_draft else None
         self._key = weights_key(self.model)
 
     def _fresh(self) -> None:
@@ -272,7 +287,16 @@ class OrtBackend(Backend):
         draft_layers = len(self.model.draft_head.layers) if self.draft_session else 0
         kv = [torch.empty(batch, self.heads, source, head_dim)
               for _ in range(2 * (self.layers + draft_layers))]
-        self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
+        self.first_drafts = None
+        if self.fused_session is None:
+            self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
+        else:  # the fused encoder also drafts after BOS (start = -1: BOS is position 0)
+            drafts = torch.empty(batch, self.expected_k, dtype=torch.long)
+            self.encoder_session.run([src, net_input["src_lengths"],
+                                      torch.arange(self.expected_k + 1)], [mask, *kv, drafts])
+            if self.expected_k > 0:
+                self.first_drafts = (drafts.unsqueeze(1), torch.full((batch, 1), self.eos),
+                                     torch.full((batch,), -1))
         return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
 
     def verifier(self) -> OrtVerifier:
