@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import math
+import weakref
 
 import numpy as np
 import torch
@@ -239,7 +240,10 @@ class OrtBackend(Backend):
         if any(p.device.type != "cpu" for p in model.parameters()):
             raise UserError("--backend onnxruntime runs on the CPU: pass --cpu "
                             "(or use --backend torch on the GPU)")
-        self.model, self.pad, self.eos, self.int8 = model, pad, eos, int8
+        # Weakly: backends are shared per model in a WeakKeyDictionary, whose
+        # entries would never go if their value held the key.
+        self._model = weakref.ref(model)
+        self.pad, self.eos, self.int8 = pad, eos, int8
         self.fused_draft = fused_draft
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
         self.expected_k = 0  # K of the fused drafter's last proposal: drafted at encode
@@ -271,6 +275,12 @@ class OrtBackend(Backend):
         self.draft_session = session(export.DRAFT)
         self.fused_session = session(export.FUSED) if self.fused_draft else None
         self._key = weights_key(self.model)
+
+    @property
+    def model(self) -> nn.Module:
+        model = self._model()
+        assert model is not None, "the model of this backend was garbage-collected"
+        return model
 
     def _fresh(self) -> None:
         if weights_key(self.model) != self._key:  # trained or replaced since the export
