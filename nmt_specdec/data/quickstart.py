@@ -302,7 +302,7 @@ def results_table(results: dict) -> list[str]:
         "",
         "tokens/iteration: tokens committed per verifier call (accepted drafts plus "
         "the verifier's own token); stock decoders commit 1 per step by definition. "
-        "engine greedy k0: our lean decoding loop without drafting (`--spec-k 0`).",
+        "engine greedy: our lean decoding loop without drafting (`--spec-k 0`).",
         "",
         f"- BLEU signature: `{results['signatures']['bleu']}`",
         f"- chrF signature: `{results['signatures']['chrf']}`",

@@ -40,7 +40,10 @@ class EvalConfig:
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
         stock_only: time only the stock generator (any fairseq checkpoint).
         batch_sizes: sentences per batch; each configuration runs at each size.
-        repeats: timed passes per configuration and batch size (median reported).
+        repeats: timed passes per configuration and batch size (median and min-max
+            reported).
+        order_seed: seed of the random order in which each repeat runs the
+            (configuration, batch size) passes (the orders go into results.json).
         warmup_batches: untimed batches each configuration decodes first.
         threads: ``torch.set_num_threads``.
         cpu: decode on the CPU even when CUDA is available.
@@ -72,7 +75,8 @@ class EvalConfig:
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
     stock_only: bool = False
     batch_sizes: Tuple[int, ...] = (1, 32)
-    repeats: int = 3
+    repeats: int = 5
+    order_seed: int = 0
     warmup_batches: int = 1
     threads: int = 1
     cpu: bool = False
@@ -88,8 +92,8 @@ class DecoderSpec:
     Attributes:
         kind: ``stock`` (fairseq's SequenceGenerator) or ``specdec``.
         beam: stock beam size (1 for SpecDec, which verifies greedily).
-        k: SpecDec draft block size K (0: the engine's greedy; with ``auto``, the
-            largest K).
+        k: SpecDec draft block size K (0: the engine's greedy, no drafting; with
+            ``auto``, the largest K).
         auto: K chosen per iteration (``--spec-k auto``).
         beta: SpecDec top-beta width.
         tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
@@ -104,13 +108,23 @@ class DecoderSpec:
 
     @property
     def name(self) -> str:
+        """What the row does: ``stock greedy``, ``stock beam5``, ``engine greedy``
+        (the SpecDec loop with K=0: no drafting), ``SpecDec K=4 β=1``,
+        ``SpecDec K=4 β=3 τ=1``, ``SpecDec auto K≤4 β=1``."""
         if self.kind == "stock":
-            return f"stock beam{self.beam}"
+            return "stock greedy" if self.beam == 1 else f"stock beam{self.beam}"
         if self.k == 0:
-            return "engine greedy k0"
-        tau = "" if self.beta == 1 else f" tau{self.tau:g}"
-        k = f"auto(<={self.k})" if self.auto else f"k{self.k}"
-        return f"specdec {k} beta{self.beta}{tau}"
+            return "engine greedy"
+        tau = "" if self.beta == 1 else f" τ={self.tau:g}"
+        k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
+        return f"SpecDec {k} β={self.beta}{tau}"
+
+    @property
+    def role(self) -> str:
+        """``stock``, ``engine greedy`` (K=0) or ``specdec`` (drafts)."""
+        if self.kind == "stock":
+            return "stock"
+        return "engine greedy" if self.k == 0 else "specdec"
 
     @property
     def spec_k(self) -> str:
@@ -124,6 +138,7 @@ class DecoderSpec:
 
 
 BASELINE = DecoderSpec("stock", beam=1)
+ENGINE_GREEDY = DecoderSpec("specdec", k=0, beta=1, tau=0.0)
 
 
 def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
@@ -134,7 +149,9 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
         default_k: the model's draft block size (used when ``cfg.grid_k`` is empty).
 
     Returns:
-        Distinct specs, stock beam 1 first.
+        Distinct specs, stock beam 1 first. Unless ``stock_only``, the engine's
+        greedy (K=0) is always among them: the "vs engine greedy" column
+        separates the lean loop's gain from drafting's.
     """
     specs = [BASELINE] + [
         DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1
@@ -144,6 +161,7 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     ks = cfg.grid_k or ((default_k,) if default_k else ())
     if not ks:
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
+    specs.append(ENGINE_GREEDY)
     for k in ks:
         for beta in cfg.grid_beta if k > 0 else (1,):
             for tau in (0.0,) if beta == 1 else cfg.grid_tau:

@@ -39,15 +39,16 @@ def logit_gaps(model: nn.Module, sources: List[Tensor], reference: Dict[int, Lis
     Returns:
         ``{"sentence", "step", "reference_token", "other_token", "logit_gap"}`` per sentence.
     """
+    device = next(model.parameters()).device
     rows = []
     for sentence in sorted(i for i in reference if reference[i] != other.get(i)):
         a, b = reference[sentence], other[sentence]
         step = first_difference(a, b)
         if step >= min(len(a), len(b)):
             continue  # one is a prefix of the other: a length rule, not a tie
-        src = sources[sentence].unsqueeze(0)
-        encoder_out = model.encoder(src, src_lengths=torch.tensor([src.size(1)]))
-        prev = torch.tensor([[bos] + a[:step]])
+        src = sources[sentence].unsqueeze(0).to(device)  # (1, S)
+        encoder_out = model.encoder(src, src_lengths=torch.tensor([src.size(1)], device=device))
+        prev = torch.tensor([[bos] + a[:step]], device=device)  # (1, step+1)
         logits, _ = model.decoder(prev, encoder_out=encoder_out)
         last = logits[0, -1].float()
         rows.append({"sentence": sentence, "step": step, "reference_token": a[step],

@@ -19,7 +19,13 @@ from torch import nn
 
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation import loading, machine, metrics, mismatch, report, runner
-from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid, validate
+from nmt_specdec.evaluation.config import (
+    BASELINE,
+    ENGINE_GREEDY,
+    EvalConfig,
+    build_grid,
+    validate,
+)
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
 from nmt_specdec.evaluation.profiling import Profile, profile_run
 from nmt_specdec.evaluation.runner import Run
@@ -46,9 +52,9 @@ def run(cfg: EvalConfig) -> dict:
     """
     validate(cfg)
     make_out_dir(cfg.out)  # before decoding: a bad --out must not cost a whole run
-    if cfg.repeats < 3:
+    if cfg.repeats < 5:
         logger.warning(
-            "--repeats %d: medians of fewer than 3 passes are noisy", cfg.repeats
+            "--repeats %d: medians of fewer than 5 passes are noisy", cfg.repeats
         )
     device = setup_runtime(cfg)
     started = time.perf_counter()
@@ -62,7 +68,8 @@ def run(cfg: EvalConfig) -> dict:
     if any(spec.kind == "specdec" for spec in specs):
         loading.check_specdec_supported(task, model)
     runs = build_runs(cfg, task, model, specs, testset, device)
-    profiles = decode_all(cfg, task, model, runs, device)
+    orders = runner.pass_orders(len(runs), cfg.repeats, cfg.order_seed)
+    profiles = decode_all(cfg, task, model, runs, device, orders)
     rows, signatures = score_runs(runs, testset, detokenize, profiles)
     ties = _greedy_mismatches(model, task, runs, testset)
     results = {
@@ -80,7 +87,12 @@ def run(cfg: EvalConfig) -> dict:
             "repeats": cfg.repeats,
             "warmup_batches": cfg.warmup_batches,
             "interleaved": True,
+            "order": "random",
+            "order_seed": cfg.order_seed,
+            "orders": [[runs[i].label for i in order] for order in orders],
+            "auto_k_state": "reset before every pass",
             "statistic": "median",
+            "spread": "min-max",
             "cpu_over_wall": _cpu_over_wall(runs),
             "total_wall_s": time.perf_counter() - started,
         },
@@ -130,14 +142,20 @@ def build_runs(
 
 
 def decode_all(
-    cfg: EvalConfig, task, model: nn.Module, runs: List[Run], device: torch.device
+    cfg: EvalConfig,
+    task,
+    model: nn.Module,
+    runs: List[Run],
+    device: torch.device,
+    orders: List[List[int]],
 ) -> Dict[Tuple, Profile]:
-    """Warm-up, interleaved timed passes, then the optional profile passes."""
+    """Warm-up, interleaved timed passes (one per order), then the optional
+    profile passes."""
     progress = _progress_bar(cfg.progress)
     runner.freeze_heap()
     try:
         runner.warm_up(task, model, runs, device, cfg.warmup_batches, progress)
-        runner.measure(task, model, runs, device, cfg.repeats, progress)
+        runner.measure(task, model, runs, device, orders, progress)
         return profile_runs(task, model, runs, device, progress) if cfg.profile else {}
     finally:
         gc.unfreeze()
@@ -162,8 +180,7 @@ def score_runs(
 ) -> Tuple[List[dict], dict]:
     """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
-    engine_greedy = {run.batch_size: run for run in runs
-                     if run.spec.kind == "specdec" and run.spec.k == 0}
+    engine_greedy = {run.batch_size: run for run in runs if run.spec == ENGINE_GREEDY}
     rows, signatures = [], {}
     for run in runs:
         baseline = baselines[run.batch_size]
