@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from nmt_specdec.acceptance import accept_drafts, commit_tokens, drafts_before_eos
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layers import weights_key
+from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 from nmt_specdec.decoding.scoring import (
     Constraints,
@@ -87,6 +88,7 @@ class SpecDecGenerator(nn.Module):
     def __init__(self, model: nn.Module, tgt_dict, options: SpecDecOptions,
                  lengths: LengthRules, drafter: Optional[Drafter] = None):
         super().__init__()
+        check_supported(model.decoder)  # refuse, at build time, what the engine lacks
         self.model = model
         self.options = options
         self.lengths = lengths
