@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from nmt_specdec.data.steps import LOG, RecipeError
+from nmt_specdec.data.steps import LOG, RecipeError, SourceUnavailable
 
 Pair = tuple[str, str]
 
@@ -240,19 +240,22 @@ def fetch_debian_package(cache_dir: Path) -> Path:
         f"Debian package {DEBIAN_PACKAGE}, or make 'apt-get download' work"
     )
     if not (shutil.which("apt-get") and shutil.which("dpkg")):
-        raise RecipeError(hint + " (apt-get/dpkg not available)")
+        raise SourceUnavailable(hint + " (apt-get/dpkg not available)")
     cache_dir.mkdir(parents=True, exist_ok=True)
     LOG.info("downloading %s into %s", DEBIAN_PACKAGE, cache_dir)
-    try:
+    try:  # a failing download means no network or no reachable mirror
         subprocess.run(["apt-get", "download", DEBIAN_PACKAGE], cwd=cache_dir,
                        check=True, capture_output=True, timeout=600)
-        debs = sorted(cache_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))
-        if not debs:
-            raise RecipeError(hint + " (apt-get produced no .deb)")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        raise SourceUnavailable(f"{hint} (apt-get download: {type(exc).__name__})") from None
+    debs = sorted(cache_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))
+    if not debs:
+        raise RecipeError(hint + " (apt-get produced no .deb)")
+    try:
         subprocess.run(["dpkg", "-x", str(debs[-1]), str(cache_dir / "x")],
                        check=True, capture_output=True, timeout=600)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        raise RecipeError(f"{hint} ({type(exc).__name__})") from None
+        raise RecipeError(f"{hint} (dpkg -x: {type(exc).__name__})") from None
     extracted = cache_dir / "x" / "usr/share/trans/de-en"
     if not extracted.is_file():
         raise RecipeError(hint + " (package did not contain usr/share/trans/de-en)")

@@ -30,6 +30,14 @@ class RecipeError(UserError):
     """A problem the user can fix (bad path, bad flag); shown as one line, exit 2."""
 
 
+class SourceUnavailable(RecipeError):
+    """Raw data could not be fetched: no network, no apt-get, mirror unreachable.
+
+    Kept apart from other recipe errors so that tests can skip for a missing
+    network but fail for anything else (a parsing bug is not a missing network).
+    """
+
+
 class OneLineParser(argparse.ArgumentParser):
     """ArgumentParser whose errors are a single ``error: ...`` line (exit 2)."""
 

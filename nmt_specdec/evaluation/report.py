@@ -7,6 +7,7 @@ import statistics
 from typing import Dict, List, Optional
 
 from nmt_specdec.evaluation.metrics import Scores
+from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP
 from nmt_specdec.evaluation.profiling import Profile
 from nmt_specdec.evaluation.runner import Run
 from nmt_specdec.stats import SpecDecStats
@@ -230,7 +231,10 @@ def markdown_report(results: dict) -> str:
     parts += ["", "## beta=1 outputs that differ from stock greedy", ""]
     parts += [f"- {t['decoder']} bs{t['batch_size']}: sentence {t['sentence']}, step {t['step']}: "
               f"logit gap {t['logit_gap']:.2e} between tokens {t['reference_token']} and "
-              f"{t['other_token']}" for t in ties] or ["None."]
+              f"{t['other_token']}"
+              + ("" if t["logit_gap"] < NEAR_TIE_LOGIT_GAP else
+                 f" — NOT a near-tie (>= {NEAR_TIE_LOGIT_GAP:g}): a bug, not rounding")
+              for t in ties] or ["None."]
     profile = profile_table(results["rows"])
     if profile:
         parts += [
