@@ -368,3 +368,4 @@ def test_readme_table_is_rebuilt_from_results_json(binarized_results: dict, toy:
         low, high = row["speedup_min"], row["speedup_max"]
         assert f"{row['speedup']:.2f}x ({low:.2f}x–{high:.2f}x)" in line
     assert "fresh random order" in text and "BLEU signature" in text
+
