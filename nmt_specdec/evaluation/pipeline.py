@@ -83,19 +83,7 @@ def run(cfg: EvalConfig) -> dict:
             "sentences": len(testset),
             "source_tokens": sum(s.numel() for s in testset.sources),
         },
-        "timing": {
-            "repeats": cfg.repeats,
-            "warmup_batches": cfg.warmup_batches,
-            "interleaved": True,
-            "order": "random",
-            "order_seed": cfg.order_seed,
-            "orders": [[runs[i].label for i in order] for order in orders],
-            "auto_k_state": "reset before every pass",
-            "statistic": "median",
-            "spread": "min-max",
-            "cpu_over_wall": _cpu_over_wall(runs),
-            "total_wall_s": time.perf_counter() - started,
-        },
+        "timing": _timing_info(cfg, runs, orders, time.perf_counter() - started),
         "memory": _memory_info(runs),
         "signatures": signatures,
         "rows": rows,
@@ -103,6 +91,24 @@ def run(cfg: EvalConfig) -> dict:
     }
     write_outputs(results, cfg.out)
     return results
+
+
+def _timing_info(cfg: EvalConfig, runs: List[Run], orders: List[List[int]],
+                 total_wall_s: float) -> dict:
+    """How the passes were scheduled and summarised (results.json's ``timing``)."""
+    return {
+        "repeats": cfg.repeats,
+        "warmup_batches": cfg.warmup_batches,
+        "interleaved": True,
+        "order": "random",
+        "order_seed": cfg.order_seed,
+        "orders": [[runs[i].label for i in order] for order in orders],
+        "auto_k_state": "reset before every pass",
+        "statistic": "median",
+        "spread": "min-max",
+        "cpu_over_wall": _cpu_over_wall(runs),
+        "total_wall_s": total_wall_s,
+    }
 
 
 def setup_runtime(cfg: EvalConfig) -> torch.device:

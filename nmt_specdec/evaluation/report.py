@@ -92,9 +92,6 @@ def make_row(
     """
     seconds = run.median_seconds
     stats = run.stats
-    speedup = spread(paired_ratios(baseline.seconds, run.seconds))
-    vs_k0 = (spread(paired_ratios(engine_greedy.seconds, run.seconds))
-             if engine_greedy is not None else None)
     return {
         "name": row_name(run, stats),
         "role": run.spec.role,
@@ -106,20 +103,10 @@ def make_row(
         "beta": run.spec.beta,
         "tau": run.spec.tau,
         "batch_size": run.batch_size,
-        "wall_s_median": seconds,
-        "wall_s_min": min(run.seconds),
-        "wall_s_max": max(run.seconds),
-        "wall_s": list(run.seconds),
-        "cpu_s_median": statistics.median(run.cpu_seconds),
+        **_timing_fields(run, baseline, engine_greedy),
         "sentences_per_s": num_sentences / seconds,
         "target_tokens": run.target_tokens,
         "target_tokens_per_s": run.target_tokens / seconds,
-        "speedup": speedup["median"],
-        "speedup_min": speedup["min"],
-        "speedup_max": speedup["max"],
-        "speedup_vs_k0": vs_k0["median"] if vs_k0 else None,
-        "speedup_vs_k0_min": vs_k0["min"] if vs_k0 else None,
-        "speedup_vs_k0_max": vs_k0["max"] if vs_k0 else None,
         "bleu": scores.bleu,
         "chrf": scores.chrf,
         # Committed tokens per iteration: accepted drafts plus the verifier's token.
@@ -134,6 +121,24 @@ def make_row(
         ),
         "profile": profile.as_dict() if profile else None,
     }
+
+
+def _timing_fields(run: Run, baseline: Run, engine_greedy: Optional[Run]) -> dict:
+    """Wall times and speedups: median and min-max over repeats."""
+    fields = {
+        "wall_s_median": run.median_seconds,
+        "wall_s_min": min(run.seconds),
+        "wall_s_max": max(run.seconds),
+        "wall_s": list(run.seconds),
+        "cpu_s_median": statistics.median(run.cpu_seconds),
+    }
+    for key, reference in (("speedup", baseline), ("speedup_vs_k0", engine_greedy)):
+        ratios = (spread(paired_ratios(reference.seconds, run.seconds))
+                  if reference is not None else {})
+        fields[key] = ratios.get("median")
+        fields[f"{key}_min"] = ratios.get("min")
+        fields[f"{key}_max"] = ratios.get("max")
+    return fields
 
 
 def _accepted_drafts(stats: SpecDecStats) -> float:
@@ -252,8 +257,9 @@ def timing_line(timing: dict) -> str:
              f"random order (Python random.Random({timing.get('order_seed')}); the "
              "orders are in results.json)"
              if timing.get("order") == "random" else "order not recorded")
-    return (f"{timing['repeats']} repeats after {timing['warmup_batches']} untimed "
-            f"warm-up batches per pass; {order}; `--spec-k auto` rows "
+    return (f"{timing['repeats']} timed passes per row after "
+            f"{timing['warmup_batches']} untimed warm-up batch(es) per row; {order}; "
+            "`--spec-k auto` rows "
             f"{timing.get('auto_k_state', 'kept their policy state between passes')}.")
 
 
