@@ -64,6 +64,9 @@ class GettextConfig:
     max_train: int | None = None
     seed: int = 1
     workers: int = 2
+    model_dir: Path | None = None
+    spm_model: Path | None = None
+    dict_path: Path | None = None
 
     def validate(self) -> None:
         """Raise RecipeError naming the first impossible option."""
@@ -86,6 +89,11 @@ class GettextConfig:
     def clean_config(self) -> CleanConfig:
         """The subset of settings that drives cleaning."""
         return CleanConfig(max_words=self.max_words)
+
+    def given_vocab(self) -> spm.GivenVocab | None:
+        """An existing model's vocabulary to encode with (None: train one)."""
+        return spm.GivenVocab.from_flags(self.model_dir, self.spm_model,
+                                         self.dict_path, LANGS)
 
     def spm_config(self) -> spm.SpmConfig:
         """The subset of settings that drives SentencePiece."""
@@ -185,6 +193,7 @@ def equivalent_command(cfg: GettextConfig) -> str:
              "--seed", str(cfg.seed)]
     if cfg.max_train is not None:
         argv += ["--max-train", str(cfg.max_train)]
+    argv += card.vocab_argv(cfg.model_dir, cfg.spm_model, cfg.dict_path)
     return card.command_line(argv)
 
 
@@ -249,8 +258,7 @@ def _notes(cfg: GettextConfig) -> list[str]:
         "training. Exact duplicate pairs are removed per split; test pairs sharing "
         "a text with valid and training pairs sharing one with valid/test "
         "(ignoring case and punctuation) are removed.",
-        f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, trained on "
-        "train.de + train.en; binarized with fairseq-preprocess --joined-dictionary.",
+        _vocab_note(cfg),
     ]
 
 
@@ -265,6 +273,7 @@ def run(cfg: GettextConfig) -> dict[str, str]:
     """
     start = time.monotonic()
     cfg.validate()
+    cfg.given_vocab()  # a bad --model-dir fails now, not after the downloads
     if cfg.deb_dir is not None and not cfg.deb_dir.is_dir():
         raise RecipeError(f"--deb-dir {cfg.deb_dir} is not a directory")
     gettext_sources.refuse_reserved(cfg.packages or [], "--packages")
@@ -277,7 +286,8 @@ def run(cfg: GettextConfig) -> dict[str, str]:
     chain.run("raw", params,
               splits.split_paths(cfg.out / "raw", LANGS) + [cfg.out / "DATA_CARD.md"],
               lambda: build_raw(cfg))
-    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers)
+    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers,
+                            cfg.given_vocab())
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
              cfg.out / "bin")
     return dict(chain.status)
@@ -309,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, default=None, help="cap on training pairs")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--workers", type=int, default=d.workers)
+    spm.add_vocab_flags(p)
     p.add_argument("--quiet", action="store_true", help="only print errors")
     return p
 
@@ -318,3 +329,16 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     setup_logging(verbose=not args.pop("quiet"))
     return report_user_errors(lambda: run(GettextConfig(**args)))
+
+
+def _vocab_note(cfg) -> str:
+    """The data card's sentence on where the vocabulary came from."""
+    vocab = cfg.given_vocab()
+    if vocab is None:
+        return (f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, "
+                "trained on train.de + train.en; binarized with fairseq-preprocess "
+                "--joined-dictionary.")
+    return (f"Vocabulary of an existing model: SentencePiece `{vocab.spm_model}` and "
+            f"dictionaries `{vocab.src_dict}` / `{vocab.tgt_dict}` (sha256 in "
+            "`.stamps/spm.json`, `.stamps/binarize.json`); binarized with "
+            "fairseq-preprocess --srcdict.")
