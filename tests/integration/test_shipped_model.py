@@ -20,7 +20,7 @@ import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
 from nmt_specdec.data import ding_recipe
-from nmt_specdec.data.pretrained_quickstart import EXAMPLES, MODEL_DIR, translate_examples
+from nmt_specdec.workflows.quickstart_pretrained import EXAMPLES, MODEL_DIR, translate_examples
 from nmt_specdec.shipping import save_compact, sha256
 
 SETTINGS = json.loads((MODEL_DIR / "settings.json").read_text())
@@ -123,5 +123,5 @@ def test_beta1_equals_stock_greedy_on_ding_test(model_and_task, test_sources, ba
 
 
 def test_examples_are_written_here() -> None:
-    # The example sentences are the project's own (see pretrained_quickstart).
+    # The example sentences are the project's own (see quickstart_pretrained).
     assert len(EXAMPLES) >= 3 and all(words for _, words in EXAMPLES)
