@@ -67,6 +67,7 @@ class GettextConfig:
     model_dir: Path | None = None
     spm_model: Path | None = None
     dict_path: Path | None = None
+    heldout: dict[str, list[str]] | None = None
 
     def validate(self) -> None:
         """Raise RecipeError naming the first impossible option."""
@@ -81,6 +82,8 @@ class GettextConfig:
                               "--deb-dir uses every package in the directory")
         if self.out.exists() and not self.out.is_dir():
             raise RecipeError(f"--out {self.out} exists and is not a directory")
+        if self.heldout is not None and set(self.heldout) - {"valid", "test"}:
+            raise RecipeError("--heldout-from: only 'valid' and 'test' package lists")
 
     def package_names(self) -> list[str]:
         """The packages to download: ``--packages`` or the declared list."""
@@ -170,8 +173,7 @@ def build_raw(cfg: GettextConfig) -> None:
         rows.append((info, per_catalog))
     LOG.info("%d clean pairs from %d packages", sum(map(len, package_pairs.values())),
              len(package_pairs))
-    assignment = assign_splits({n: len(p) for n, p in package_pairs.items()},
-                               cfg.valid_size, cfg.test_size, cfg.seed)
+    assignment = _assignment(cfg, {n: len(p) for n, p in package_pairs.items()})
     result = split_by_package(package_pairs, assignment, cfg.seed, cfg.max_train)
     LOG.info("split: train %d, valid %d, test %d", len(result.train),
              len(result.valid), len(result.test))
@@ -179,6 +181,23 @@ def build_raw(cfg: GettextConfig) -> None:
     text = render_card(cfg, index, stats, result, rows, assignment,
                        {n: len(p) for n, p in package_pairs.items()})
     card.write_data_card(cfg.out / "DATA_CARD.md", text)
+
+
+def _assignment(cfg: GettextConfig, sizes: dict[str, int]) -> dict[str, str]:
+    """Each package's split: chosen by size, or fixed by ``cfg.heldout``.
+
+    A fixed assignment rebuilds a model's valid and test splits from their
+    packages alone (the quickstart fetches only those): valid and test are
+    pooled, deduplicated and shuffled exactly as in the full recipe, since
+    the shuffles of valid and test come before the training split's.
+    """
+    if cfg.heldout is None:
+        return assign_splits(sizes, cfg.valid_size, cfg.test_size, cfg.seed)
+    fixed = {name: split for split, names in cfg.heldout.items() for name in names}
+    missing = sorted(set(fixed) - set(sizes))
+    if missing:
+        raise RecipeError(f"held-out package(s) not read: {', '.join(missing)}")
+    return {name: fixed.get(name, "train") for name in sizes}
 
 
 def equivalent_command(cfg: GettextConfig) -> str:
@@ -262,8 +281,8 @@ def _notes(cfg: GettextConfig) -> list[str]:
     ]
 
 
-def run(cfg: GettextConfig) -> dict[str, str]:
-    """Run (or reuse) every step of the recipe.
+def run(cfg: GettextConfig, raw_only: bool = False) -> dict[str, str]:
+    """Run (or reuse) every step of the recipe (``raw_only``: up to the split).
 
     Returns:
         Step name -> ``"built"`` or ``"reused"``.
@@ -282,10 +301,13 @@ def run(cfg: GettextConfig) -> dict[str, str]:
               lambda: collect(cfg))
     params = {"clean": vars(cfg.clean_config()), "valid_size": cfg.valid_size,
               "test_size": cfg.test_size, "max_train": cfg.max_train,
+              "heldout": cfg.heldout,
               "seed": cfg.seed}
     chain.run("raw", params,
               splits.split_paths(cfg.out / "raw", LANGS) + [cfg.out / "DATA_CARD.md"],
               lambda: build_raw(cfg))
+    if raw_only:
+        return dict(chain.status)
     spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers,
                             cfg.given_vocab())
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
@@ -320,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--workers", type=int, default=d.workers)
     spm.add_vocab_flags(p)
+    p.add_argument("--heldout-from", type=Path, dest="heldout",
+                   help="JSON {\"valid\": [packages], \"test\": [packages]}: fix the "
+                   "held-out splits to these packages (e.g. a model's settings.json "
+                   "'gettext_heldout'), so they are the same as that model's")
     p.add_argument("--quiet", action="store_true", help="only print errors")
     return p
 
@@ -328,7 +354,20 @@ def main(argv: list[str] | None = None) -> int:
     """Parse flags, run the recipe, turn user errors into exit code 2."""
     args = vars(build_parser().parse_args(argv))
     setup_logging(verbose=not args.pop("quiet"))
-    return report_user_errors(lambda: run(GettextConfig(**args)))
+    return report_user_errors(lambda: run(GettextConfig(**_read_heldout(args))))
+
+
+def _read_heldout(args: dict) -> dict:
+    """``--heldout-from FILE`` -> the package lists (a settings.json may nest them)."""
+    path = args.get("heldout")
+    if path is None:
+        return args
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RecipeError(f"--heldout-from {path}: {exc}") from None
+    data = data.get("gettext_heldout", data)
+    return {**args, "heldout": {k: list(v) for k, v in data.items()}}
 
 
 def _vocab_note(cfg) -> str:
