@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
-from nmt_specdec.data import add_draft_head
+from nmt_specdec.workflows import add_draft_head
 from tests.helpers.fairseq_toy import PLUGINS_DIR, hypotheses, run_cli
 
 pytestmark = pytest.mark.slow

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
-from nmt_specdec.data import pretrained_quickstart
-from nmt_specdec.data.pretrained_quickstart import EXAMPLES, translate_examples
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP, logit_gaps
 from nmt_specdec.shipping import save_compact, sha256
+from nmt_specdec.workflows import quickstart_pretrained
+from nmt_specdec.workflows.quickstart_pretrained import EXAMPLES, translate_examples
 from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, encoded_split, load_model
 
 SENTENCES = 200
@@ -36,7 +36,7 @@ MIN_TOKENS_PER_ITERATION = 1.15
 
 
 def test_tests_check_the_model_the_quickstart_ships() -> None:
-    assert MODEL_DIR == pretrained_quickstart.MODEL_DIR
+    assert MODEL_DIR == quickstart_pretrained.MODEL_DIR
 
 
 def test_files_match_recorded_sha256() -> None:
@@ -192,5 +192,5 @@ def test_ding_download_failure_is_told_apart(tmp_path, monkeypatch, failing_tool
 
 
 def test_examples_are_written_here() -> None:
-    # The example sentences are the project's own (see pretrained_quickstart).
+    # The example sentences are the project's own (see quickstart_pretrained).
     assert len(EXAMPLES) >= 3 and all(words for _, words in EXAMPLES)
