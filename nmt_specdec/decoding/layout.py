@@ -8,7 +8,8 @@ post- or pre-norm (``--decoder-normalize-before``, with or without
 ``--no-decoder-final-norm``), sinusoidal, learned or no positions,
 ``--layernorm-embedding``, ``--no-scale-embedding``, shared or separate output
 embeddings, any activation, an encoder width different from the decoder's, and
-``--quant-noise-pq`` (whose extra embedding projection is applied). Anything
+``--quant-noise-pq`` (whose extra embedding projection is applied),
+``--decoder-layerdrop`` and ``--checkpoint-activations`` (no-ops in eval mode). Anything
 else changes the arithmetic in a way the engine does not reproduce, so a
 checkpoint that uses it is refused when the generator is built, with the
 option named, instead of being decoded silently wrong.

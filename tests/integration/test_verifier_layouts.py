@@ -57,6 +57,8 @@ LAYOUTS = {
     "gelu": ("--activation-fn", "gelu"),
     "quant noise": ("--quant-noise-pq", "0.1"),
     "wider encoder": ("--encoder-embed-dim", "48", "--encoder-ffn-embed-dim", "96"),
+    "layerdrop": ("--decoder-layerdrop", "0.2"),  # a no-op in eval mode
+    "checkpoint activations": ("--checkpoint-activations",),
     "pre-norm learned layernorm-embedding unscaled shared": (
         "--decoder-normalize-before", "--decoder-learned-pos", "--layernorm-embedding",
         "--no-scale-embedding", "--share-decoder-input-output-embed"),
