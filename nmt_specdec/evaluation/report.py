@@ -12,7 +12,9 @@ from nmt_specdec.evaluation.profiling import Profile
 from nmt_specdec.evaluation.runner import Run
 from nmt_specdec.stats import SpecDecStats
 
-SCHEMA_VERSION = 1
+# 2: rows named by what they do, speedups as medians of paired per-repeat ratios
+# with min-max, a random pass order per repeat (timing.orders).
+SCHEMA_VERSION = 2
 
 # (header, row key, format, spread prefix) of the markdown table: with a prefix,
 # the cell also shows the min-max over repeats (``{prefix}_min``/``{prefix}_max``).
@@ -153,8 +155,9 @@ def format_cell(row: dict, key: str, fmt: str, spread_prefix: Optional[str]) -> 
     if row.get(key) is None:
         return "n/a"
     cell = fmt.format(row[key])
-    if spread_prefix is not None:
-        low, high = row[f"{spread_prefix}_min"], row[f"{spread_prefix}_max"]
+    low, high = (row.get(f"{spread_prefix}_{end}") for end in ("min", "max")) \
+        if spread_prefix is not None else (None, None)
+    if low is not None and high is not None:  # results.json of schema 1 has no spread
         cell += f" ({fmt.format(low)}–{fmt.format(high)})"
     return cell
 

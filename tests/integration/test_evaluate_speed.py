@@ -370,4 +370,14 @@ def test_readme_table_is_rebuilt_from_results_json(binarized_results: dict, toy:
         low, high = row["speedup_min"], row["speedup_max"]
         assert f"{row['speedup']:.2f}x ({low:.2f}x–{high:.2f}x)" in line
     assert "fresh random order" in text and "BLEU signature" in text
+    # An older results.json (schema 1: no spread, no orders) still prints.
+    from nmt_specdec.evaluation.readme_table import readme_table
+
+    old = json.loads(json.dumps(binarized_results))
+    old["timing"] = {key: old["timing"][key]
+                     for key in ("repeats", "warmup_batches", "cpu_over_wall")}
+    for row in old["rows"]:
+        for key in ("speedup", "speedup_vs_k0"):
+            del row[f"{key}_min"], row[f"{key}_max"]
+    assert "order not recorded" in readme_table(old)
 
