@@ -47,7 +47,8 @@ def logit_gaps(model: nn.Module, sources: List[Tensor], reference: Dict[int, Lis
         bos: first decoder input.
 
     Returns:
-        ``{"sentence", "step", "reference_token", "other_token", "logit_gap"}`` per sentence.
+        ``{"sentence", "step", "reference_token", "other_token", "logit_gap", "near_tie"}``
+        per sentence (``near_tie``: the gap is below :data:`NEAR_TIE_LOGIT_GAP`).
     """
     device = next(model.parameters()).device
     rows = []
@@ -61,9 +62,10 @@ def logit_gaps(model: nn.Module, sources: List[Tensor], reference: Dict[int, Lis
         prev = torch.tensor([[bos] + a[:step]], device=device)  # (1, step+1)
         logits, _ = model.decoder(prev, encoder_out=encoder_out)
         last = logits[0, -1].float()
+        gap = abs(float(last[a[step]] - last[b[step]]))
         rows.append({"sentence": sentence, "step": step, "reference_token": a[step],
-                     "other_token": b[step],
-                     "logit_gap": abs(float(last[a[step]] - last[b[step]]))})
+                     "other_token": b[step], "logit_gap": gap,
+                     "near_tie": gap < NEAR_TIE_LOGIT_GAP})
         if len(rows) >= limit:
             break
     return rows

@@ -164,7 +164,7 @@ def format_cell(row: dict, key: str, fmt: str, spread_prefix: Optional[str]) -> 
 
 def write_json(results: dict, path: str) -> None:
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=2)
+        json.dump(results, handle, indent=2, ensure_ascii=False)
         handle.write("\n")
 
 
