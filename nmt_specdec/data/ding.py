@@ -220,6 +220,27 @@ def locate_ding(
     return (fetch or fetch_debian_package)(cache_dir)
 
 
+# apt-get's messages when the archive cannot be reached, or when apt has no
+# package lists at all (a container where `apt-get update` never ran).
+_UNREACHABLE = ("Temporary failure resolving", "Could not resolve", "Failed to fetch",
+                "Could not connect", "Connection failed", "Connection timed out",
+                "Network is unreachable", "Unable to locate package")
+
+
+def download_error(hint: str, exc: Exception) -> RecipeError:
+    """:class:`SourceUnavailable` when ``apt-get download`` failed for want of a
+    reachable archive (network, mirror, package lists, timeout); a plain
+    :class:`RecipeError` for any other failure, which is not the network's fault."""
+    stderr = getattr(exc, "stderr", None) or ""
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", "replace")
+    last = (stderr.strip().splitlines() or [type(exc).__name__])[-1]
+    unreachable = isinstance(exc, subprocess.TimeoutExpired) or any(
+        marker in stderr for marker in _UNREACHABLE)
+    kind = SourceUnavailable if unreachable else RecipeError
+    return kind(f"{hint} (apt-get download: {last})")
+
+
 def fetch_debian_package(cache_dir: Path) -> Path:
     """Download ``trans-de-en`` with apt-get and unpack it with dpkg.
 
@@ -243,11 +264,11 @@ def fetch_debian_package(cache_dir: Path) -> Path:
         raise SourceUnavailable(hint + " (apt-get/dpkg not available)")
     cache_dir.mkdir(parents=True, exist_ok=True)
     LOG.info("downloading %s into %s", DEBIAN_PACKAGE, cache_dir)
-    try:  # a failing download means no network or no reachable mirror
+    try:
         subprocess.run(["apt-get", "download", DEBIAN_PACKAGE], cwd=cache_dir,
-                       check=True, capture_output=True, timeout=600)
+                       check=True, capture_output=True, text=True, timeout=600)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        raise SourceUnavailable(f"{hint} (apt-get download: {type(exc).__name__})") from None
+        raise download_error(hint, exc) from None
     debs = sorted(cache_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))
     if not debs:
         raise RecipeError(hint + " (apt-get produced no .deb)")

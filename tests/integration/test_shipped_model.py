@@ -170,8 +170,14 @@ def test_only_an_unreachable_source_skips(tmp_path, monkeypatch, error, outcome)
         caught.value)
 
 
-@pytest.mark.parametrize("failing_tool, unavailable", [("apt-get", True), ("dpkg", False)])
-def test_ding_download_failure_is_told_apart(tmp_path, monkeypatch, failing_tool,
+@pytest.mark.parametrize("failing_tool, stderr, unavailable", [
+    ("apt-get", "E: Failed to fetch http://deb.debian.org/...  Temporary failure resolving "
+     "'deb.debian.org'", True),
+    ("apt-get", "E: Unable to locate package trans-de-en", True),  # no package lists
+    ("apt-get", "E: Invalid operation download", False),
+    ("dpkg", "dpkg-deb: error: archive has premature member", False),
+])
+def test_ding_download_failure_is_told_apart(tmp_path, monkeypatch, failing_tool, stderr,
                                              unavailable) -> None:
     import subprocess
 
@@ -180,7 +186,7 @@ def test_ding_download_failure_is_told_apart(tmp_path, monkeypatch, failing_tool
 
     def run(cmd, cwd=None, **kwargs):
         if cmd[0] == failing_tool:
-            raise subprocess.CalledProcessError(100, cmd)
+            raise subprocess.CalledProcessError(100, cmd, stderr=stderr)
         (Path(cwd) / f"{ding.DEBIAN_PACKAGE}_1_all.deb").write_bytes(b"")  # apt-get's .deb
 
     monkeypatch.setattr(ding.shutil, "which", lambda tool: f"/usr/bin/{tool}")
