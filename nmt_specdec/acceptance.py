@@ -18,7 +18,7 @@ Shapes: B batch, K draft length, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Tuple
 
 import torch
 from torch import Tensor
@@ -136,6 +136,30 @@ def commit_tokens(drafts: Tensor, acceptance: Acceptance, eos: int, pad: int) ->
     counts = torch.minimum(counts, first_eos + 1)
     tokens = tokens.masked_fill(slot >= counts.unsqueeze(1), pad)
     return Commit(tokens, counts, finished)
+
+
+def drafts_before_eos(k: Tensor, num_accepted: Tensor, counts: Tensor,
+                      finished: Tensor) -> Tuple[Tensor, Tensor]:
+    """Draft slots that count for the statistics, per row-iteration.
+
+    Drafts after a committed EOS are never committed: a row that accepted drafts
+    past its EOS must not raise slot acceptance or accepted drafts per iteration.
+    Slots up to and including the EOS position count; rows without an EOS count
+    all K slots as drafted (slot acceptance is unconditional per slot).
+
+    Args:
+        k: (R,) draft slots K of each row-iteration.
+        num_accepted: (R,) drafts accepted by :func:`accept_drafts`.
+        counts: (R,) committed tokens (:attr:`Commit.counts`, cut after the first EOS).
+        finished: (R,) bool, an EOS was committed.
+
+    Returns:
+        ``(drafted, accepted)``, both (R,) long: slots proposed at or before the
+        committed EOS, and accepted drafts among them (0 <= accepted <= drafted <= K).
+    """
+    accepted = torch.minimum(num_accepted, counts)  # (R,)
+    drafted = torch.where(finished, torch.minimum(counts, k), k)  # (R,)
+    return drafted, accepted
 
 
 def constrain_lprobs(

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt_specdec.acceptance import constrain_lprobs
+from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules
 from nmt_specdec.errors import UserError
 from nmt_specdec.ragged import compaction_index
@@ -116,6 +117,7 @@ class FixedShapeReplay(nn.Module):
             raise ValueError("fixed-shape replay needs per-sentence length rules")
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
+        check_supported(model.decoder)  # the replay re-implements the decoder's pass
         self.model, self.lengths, self.window = model, lengths, window
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
         self.stats = ReplayStats()

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, Iterable, List
 
 from torch import Tensor
+
+
+def oracle_tokens_per_iteration(lengths: Iterable[int], k: int) -> float:
+    """Tokens per iteration of a drafter that always proposes the verifier's own
+    output: each iteration commits K drafts plus the verifier's token, so a
+    sentence of n tokens (EOS included) takes ceil(n / (K+1)) iterations. This is
+    the ceiling any drafter reaches at that K on those sentences.
+
+    Args:
+        lengths: output lengths in tokens, EOS included.
+        k: draft block size K.
+    """
+    lengths = list(lengths)
+    iterations = sum(math.ceil(n / (k + 1)) for n in lengths)
+    return sum(lengths) / iterations if iterations else 0.0
 
 
 @dataclass

@@ -102,6 +102,8 @@ def verify_block(
         (B, N, V) float32 log-probabilities of the token after each input.
     """
     x = decoder.embed_scale * decoder.embed_tokens(tokens)  # (B, N, C)
+    if getattr(decoder, "quant_noise", None) is not None:  # --quant-noise-pq's projection
+        x = decoder.quant_noise(x)
     if decoder.project_in_dim is not None:
         x = decoder.project_in_dim(x)
     if decoder.embed_positions is not None:

@@ -4,7 +4,7 @@
 Writes ``{out}/{split}.{src}-{tgt}.{tgt}.{bin,idx}`` (plus the source side and
 dictionaries), usable as ``--distill-data`` of ``translation_specdec``.
 Resumable: finished chunks under ``{out}/chunks`` are skipped. The work is
-done by :mod:`nmt_specdec.data.distill`.
+done by :mod:`nmt_specdec.workflows.distill`.
 
 Example::
 
@@ -22,7 +22,7 @@ try:
 except ImportError:  # running from a checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt_specdec.data.distill import main  # noqa: E402
+from nmt_specdec.workflows.distill import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ corpus of Debian message catalogs; reused when done), trains
 ``conf/cpu_tiny.yaml``, decodes 200 test sentences with stock greedy, stock
 beam 5 and two SpecDec settings, and writes ``results/quickstart/report.md``
 and ``bleu_vs_speedup.png``. Finished steps are reused on a rerun. The work is
-done by :mod:`nmt_specdec.data.quickstart`.
+done by :mod:`nmt_specdec.workflows.quickstart`.
 
 Example::
 
@@ -24,7 +24,7 @@ try:
 except ImportError:  # running from a checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt_specdec.data.quickstart import main  # noqa: E402
+from nmt_specdec.workflows.quickstart import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

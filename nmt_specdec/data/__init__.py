@@ -11,7 +11,9 @@ Modules:
     steps: small helpers shared by the recipes (errors, atomic writes,
         reusable-step stamps).
     wmt14: the WMT14 De-En recipe (needs internet or pre-downloaded archives).
-    distill: sequence-level distillation of a binarized training split.
+
+Workflows that use a model (quickstart, distillation, add-draft-head,
+training) live in :mod:`nmt_specdec.workflows`.
 
 The command-line entry points live in ``scripts/prepare_ding.py``,
 ``scripts/prepare_gettext.py`` and ``scripts/prepare_wmt14.py``.

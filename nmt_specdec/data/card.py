@@ -65,6 +65,15 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return " ".join(shlex.quote(a) for a in ["python", *args])
 
 
+def vocab_argv(model_dir, spm_model, dict_path) -> list[str]:
+    """The ``--model-dir`` / ``--spm-model`` / ``--dict`` part of a command line."""
+    if model_dir is not None:
+        return ["--model-dir", str(model_dir)]
+    if spm_model is not None:
+        return ["--spm-model", str(spm_model), "--dict", str(dict_path)]
+    return []
+
+
 def render_data_card(
     title: str,
     meta: Mapping[str, str],

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from nmt_specdec.data.steps import LOG, RecipeError
+from nmt_specdec.data.steps import LOG, RecipeError, SourceUnavailable
 
 Pair = tuple[str, str]
 
@@ -220,6 +220,27 @@ def locate_ding(
     return (fetch or fetch_debian_package)(cache_dir)
 
 
+# apt-get's messages when the archive cannot be reached, or when apt has no
+# package lists at all (a container where `apt-get update` never ran).
+_UNREACHABLE = ("Temporary failure resolving", "Could not resolve", "Failed to fetch",
+                "Could not connect", "Connection failed", "Connection timed out",
+                "Network is unreachable", "Unable to locate package")
+
+
+def download_error(hint: str, exc: Exception) -> RecipeError:
+    """:class:`SourceUnavailable` when ``apt-get download`` failed for want of a
+    reachable archive (network, mirror, package lists, timeout); a plain
+    :class:`RecipeError` for any other failure, which is not the network's fault."""
+    stderr = getattr(exc, "stderr", None) or ""
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", "replace")
+    last = (stderr.strip().splitlines() or [type(exc).__name__])[-1]
+    unreachable = isinstance(exc, subprocess.TimeoutExpired) or any(
+        marker in stderr for marker in _UNREACHABLE)
+    kind = SourceUnavailable if unreachable else RecipeError
+    return kind(f"{hint} (apt-get download: {last})")
+
+
 def fetch_debian_package(cache_dir: Path) -> Path:
     """Download ``trans-de-en`` with apt-get and unpack it with dpkg.
 
@@ -240,19 +261,22 @@ def fetch_debian_package(cache_dir: Path) -> Path:
         f"Debian package {DEBIAN_PACKAGE}, or make 'apt-get download' work"
     )
     if not (shutil.which("apt-get") and shutil.which("dpkg")):
-        raise RecipeError(hint + " (apt-get/dpkg not available)")
+        raise SourceUnavailable(hint + " (apt-get/dpkg not available)")
     cache_dir.mkdir(parents=True, exist_ok=True)
     LOG.info("downloading %s into %s", DEBIAN_PACKAGE, cache_dir)
     try:
         subprocess.run(["apt-get", "download", DEBIAN_PACKAGE], cwd=cache_dir,
-                       check=True, capture_output=True, timeout=600)
-        debs = sorted(cache_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))
-        if not debs:
-            raise RecipeError(hint + " (apt-get produced no .deb)")
+                       check=True, capture_output=True, text=True, timeout=600)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        raise download_error(hint, exc) from None
+    debs = sorted(cache_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))
+    if not debs:
+        raise RecipeError(hint + " (apt-get produced no .deb)")
+    try:
         subprocess.run(["dpkg", "-x", str(debs[-1]), str(cache_dir / "x")],
                        check=True, capture_output=True, timeout=600)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        raise RecipeError(f"{hint} ({type(exc).__name__})") from None
+        raise RecipeError(f"{hint} (dpkg -x: {type(exc).__name__})") from None
     extracted = cache_dir / "x" / "usr/share/trans/de-en"
     if not extracted.is_file():
         raise RecipeError(hint + " (package did not contain usr/share/trans/de-en)")

@@ -56,6 +56,9 @@ class DingConfig:
     max_train: int | None = None
     seed: int = 1
     workers: int = 2
+    model_dir: Path | None = None
+    spm_model: Path | None = None
+    dict_path: Path | None = None
 
     def split_config(self) -> splits.SplitConfig:
         """The subset of settings that drives splitting."""
@@ -64,6 +67,11 @@ class DingConfig:
             min_words=self.min_words, max_words=self.max_words,
             sentence_min_words=self.sentence_min_words,
             max_train=self.max_train, seed=self.seed)
+
+    def given_vocab(self) -> spm.GivenVocab | None:
+        """An existing model's vocabulary to encode with (None: train one)."""
+        return spm.GivenVocab.from_flags(self.model_dir, self.spm_model,
+                                         self.dict_path, LANGS)
 
     def spm_config(self) -> spm.SpmConfig:
         """The subset of settings that drives SentencePiece."""
@@ -82,6 +90,7 @@ def equivalent_command(cfg: DingConfig, corpus: Path) -> str:
             "--seed", str(cfg.seed)]
     if cfg.max_train is not None:
         argv += ["--max-train", str(cfg.max_train)]
+    argv += card.vocab_argv(cfg.model_dir, cfg.spm_model, cfg.dict_path)
     return card.command_line(argv)
 
 
@@ -133,8 +142,7 @@ def _notes(cfg: DingConfig) -> list[str]:
         f"{cfg.sentence_min_words} words on both sides; training pairs sharing a "
         "German or English text with valid/test (ignoring case and punctuation) are "
         "removed.",
-        f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, trained on "
-        "train.de + train.en; binarized with fairseq-preprocess --joined-dictionary.",
+        _vocab_note(cfg),
     ]
 
 
@@ -155,6 +163,7 @@ def run(cfg: DingConfig, raw_only: bool = False) -> dict[str, str]:
     """
     start = time.monotonic()
     cfg.split_config().validate()
+    cfg.given_vocab()  # a bad --model-dir fails now, not after the parse
     if cfg.out.exists() and not cfg.out.is_dir():
         raise RecipeError(f"--out {cfg.out} exists and is not a directory")
     corpus = ding.locate_ding(cfg.ding_file, cfg.cache_dir)
@@ -168,7 +177,8 @@ def run(cfg: DingConfig, raw_only: bool = False) -> dict[str, str]:
               lambda: build_raw(cfg, corpus))
     if raw_only:
         return dict(chain.status)
-    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers)
+    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers,
+                            cfg.given_vocab())
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
              bin_dir)
     return dict(chain.status)
@@ -196,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, default=None, help="cap on training pairs")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--workers", type=int, default=d.workers)
+    spm.add_vocab_flags(p)
     p.add_argument("--quiet", action="store_true", help="only print errors")
     return p
 
@@ -206,3 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(verbose=not args.pop("quiet"))
     return report_user_errors(lambda: run(DingConfig(**args)))
 
+
+def _vocab_note(cfg) -> str:
+    """The data card's sentence on where the vocabulary came from."""
+    vocab = cfg.given_vocab()
+    if vocab is None:
+        return (f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, "
+                "trained on train.de + train.en; binarized with fairseq-preprocess "
+                "--joined-dictionary.")
+    return (f"Vocabulary of an existing model: SentencePiece `{vocab.spm_model}` and "
+            f"dictionaries `{vocab.src_dict}` / `{vocab.tgt_dict}` (sha256 in "
+            "`.stamps/spm.json`, `.stamps/binarize.json`); binarized with "
+            "fairseq-preprocess --srcdict.")

@@ -64,6 +64,10 @@ class GettextConfig:
     max_train: int | None = None
     seed: int = 1
     workers: int = 2
+    model_dir: Path | None = None
+    spm_model: Path | None = None
+    dict_path: Path | None = None
+    heldout: dict[str, list[str]] | None = None
 
     def validate(self) -> None:
         """Raise RecipeError naming the first impossible option."""
@@ -78,6 +82,8 @@ class GettextConfig:
                               "--deb-dir uses every package in the directory")
         if self.out.exists() and not self.out.is_dir():
             raise RecipeError(f"--out {self.out} exists and is not a directory")
+        if self.heldout is not None and set(self.heldout) - {"valid", "test"}:
+            raise RecipeError("--heldout-from: only 'valid' and 'test' package lists")
 
     def package_names(self) -> list[str]:
         """The packages to download: ``--packages`` or the declared list."""
@@ -86,6 +92,11 @@ class GettextConfig:
     def clean_config(self) -> CleanConfig:
         """The subset of settings that drives cleaning."""
         return CleanConfig(max_words=self.max_words)
+
+    def given_vocab(self) -> spm.GivenVocab | None:
+        """An existing model's vocabulary to encode with (None: train one)."""
+        return spm.GivenVocab.from_flags(self.model_dir, self.spm_model,
+                                         self.dict_path, LANGS)
 
     def spm_config(self) -> spm.SpmConfig:
         """The subset of settings that drives SentencePiece."""
@@ -162,8 +173,7 @@ def build_raw(cfg: GettextConfig) -> None:
         rows.append((info, per_catalog))
     LOG.info("%d clean pairs from %d packages", sum(map(len, package_pairs.values())),
              len(package_pairs))
-    assignment = assign_splits({n: len(p) for n, p in package_pairs.items()},
-                               cfg.valid_size, cfg.test_size, cfg.seed)
+    assignment = _assignment(cfg, {n: len(p) for n, p in package_pairs.items()})
     result = split_by_package(package_pairs, assignment, cfg.seed, cfg.max_train)
     LOG.info("split: train %d, valid %d, test %d", len(result.train),
              len(result.valid), len(result.test))
@@ -171,6 +181,23 @@ def build_raw(cfg: GettextConfig) -> None:
     text = render_card(cfg, index, stats, result, rows, assignment,
                        {n: len(p) for n, p in package_pairs.items()})
     card.write_data_card(cfg.out / "DATA_CARD.md", text)
+
+
+def _assignment(cfg: GettextConfig, sizes: dict[str, int]) -> dict[str, str]:
+    """Each package's split: chosen by size, or fixed by ``cfg.heldout``.
+
+    A fixed assignment rebuilds a model's valid and test splits from their
+    packages alone (the quickstart fetches only those): valid and test are
+    pooled, deduplicated and shuffled exactly as in the full recipe, since
+    the shuffles of valid and test come before the training split's.
+    """
+    if cfg.heldout is None:
+        return assign_splits(sizes, cfg.valid_size, cfg.test_size, cfg.seed)
+    fixed = {name: split for split, names in cfg.heldout.items() for name in names}
+    missing = sorted(set(fixed) - set(sizes))
+    if missing:
+        raise RecipeError(f"held-out package(s) not read: {', '.join(missing)}")
+    return {name: fixed.get(name, "train") for name in sizes}
 
 
 def equivalent_command(cfg: GettextConfig) -> str:
@@ -185,6 +212,7 @@ def equivalent_command(cfg: GettextConfig) -> str:
              "--seed", str(cfg.seed)]
     if cfg.max_train is not None:
         argv += ["--max-train", str(cfg.max_train)]
+    argv += card.vocab_argv(cfg.model_dir, cfg.spm_model, cfg.dict_path)
     return card.command_line(argv)
 
 
@@ -249,13 +277,12 @@ def _notes(cfg: GettextConfig) -> list[str]:
         "training. Exact duplicate pairs are removed per split; test pairs sharing "
         "a text with valid and training pairs sharing one with valid/test "
         "(ignoring case and punctuation) are removed.",
-        f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, trained on "
-        "train.de + train.en; binarized with fairseq-preprocess --joined-dictionary.",
+        _vocab_note(cfg),
     ]
 
 
-def run(cfg: GettextConfig) -> dict[str, str]:
-    """Run (or reuse) every step of the recipe.
+def run(cfg: GettextConfig, raw_only: bool = False) -> dict[str, str]:
+    """Run (or reuse) every step of the recipe (``raw_only``: up to the split).
 
     Returns:
         Step name -> ``"built"`` or ``"reused"``.
@@ -265,6 +292,7 @@ def run(cfg: GettextConfig) -> dict[str, str]:
     """
     start = time.monotonic()
     cfg.validate()
+    cfg.given_vocab()  # a bad --model-dir fails now, not after the downloads
     if cfg.deb_dir is not None and not cfg.deb_dir.is_dir():
         raise RecipeError(f"--deb-dir {cfg.deb_dir} is not a directory")
     gettext_sources.refuse_reserved(cfg.packages or [], "--packages")
@@ -273,11 +301,15 @@ def run(cfg: GettextConfig) -> dict[str, str]:
               lambda: collect(cfg))
     params = {"clean": vars(cfg.clean_config()), "valid_size": cfg.valid_size,
               "test_size": cfg.test_size, "max_train": cfg.max_train,
+              "heldout": cfg.heldout,
               "seed": cfg.seed}
     chain.run("raw", params,
               splits.split_paths(cfg.out / "raw", LANGS) + [cfg.out / "DATA_CARD.md"],
               lambda: build_raw(cfg))
-    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers)
+    if raw_only:
+        return dict(chain.status)
+    spm.spm_encode_binarize(chain, cfg.out, cfg.spm_config(), LANGS, cfg.workers,
+                            cfg.given_vocab())
     LOG.info("finished in %.1f s; fairseq data in %s", time.monotonic() - start,
              cfg.out / "bin")
     return dict(chain.status)
@@ -309,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, default=None, help="cap on training pairs")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--workers", type=int, default=d.workers)
+    spm.add_vocab_flags(p)
+    p.add_argument("--heldout-from", type=Path, dest="heldout",
+                   help="JSON {\"valid\": [packages], \"test\": [packages]}: fix the "
+                   "held-out splits to these packages (e.g. a model's settings.json "
+                   "'gettext_heldout'), so they are the same as that model's")
     p.add_argument("--quiet", action="store_true", help="only print errors")
     return p
 
@@ -317,4 +354,30 @@ def main(argv: list[str] | None = None) -> int:
     """Parse flags, run the recipe, turn user errors into exit code 2."""
     args = vars(build_parser().parse_args(argv))
     setup_logging(verbose=not args.pop("quiet"))
-    return report_user_errors(lambda: run(GettextConfig(**args)))
+    return report_user_errors(lambda: run(GettextConfig(**_read_heldout(args))))
+
+
+def _read_heldout(args: dict) -> dict:
+    """``--heldout-from FILE`` -> the package lists (a settings.json may nest them)."""
+    path = args.get("heldout")
+    if path is None:
+        return args
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RecipeError(f"--heldout-from {path}: {exc}") from None
+    data = data.get("gettext_heldout", data)
+    return {**args, "heldout": {k: list(v) for k, v in data.items()}}
+
+
+def _vocab_note(cfg) -> str:
+    """The data card's sentence on where the vocabulary came from."""
+    vocab = cfg.given_vocab()
+    if vocab is None:
+        return (f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, "
+                "trained on train.de + train.en; binarized with fairseq-preprocess "
+                "--joined-dictionary.")
+    return (f"Vocabulary of an existing model: SentencePiece `{vocab.spm_model}` and "
+            f"dictionaries `{vocab.src_dict}` / `{vocab.tgt_dict}` (sha256 in "
+            "`.stamps/spm.json`, `.stamps/binarize.json`); binarized with "
+            "fairseq-preprocess --srcdict.")

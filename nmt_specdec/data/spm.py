@@ -7,6 +7,7 @@ fairseq's ``--post-process sentencepiece``.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -154,8 +155,10 @@ def binarize(
     langs: tuple[str, str] = ("de", "en"),
     splits: Sequence[str] = ("train", "valid", "test"),
     workers: int = 2,
+    vocab: GivenVocab | None = None,
 ) -> None:
-    """Binarize encoded splits with ``fairseq-preprocess`` (joined dictionary).
+    """Binarize encoded splits with ``fairseq-preprocess`` (joined dictionary,
+    built from the training split unless ``vocab`` gives the dictionaries).
 
     fairseq is run as ``sys.executable -m fairseq_cli.preprocess`` so that it
     works from a virtual environment whose ``bin`` is not on PATH. Output goes
@@ -176,8 +179,13 @@ def binarize(
     tmp = bin_dir.with_name(bin_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src,
-           "--target-lang", tgt, "--destdir", str(tmp), "--joined-dictionary",
-           "--workers", str(workers)]
+           "--target-lang", tgt, "--destdir", str(tmp), "--workers", str(workers)]
+    if vocab is None:
+        cmd += ["--joined-dictionary"]
+    elif vocab.joined:
+        cmd += ["--joined-dictionary", "--srcdict", str(vocab.src_dict)]
+    else:
+        cmd += ["--srcdict", str(vocab.src_dict), "--tgtdict", str(vocab.tgt_dict)]
     for split in splits:
         files = [spm_dir / f"{split}.{lang}" for lang in langs]
         if split == "train" or all(f.exists() and f.stat().st_size for f in files):
@@ -204,25 +212,104 @@ def binarized_outputs(bin_dir: Path, langs: tuple[str, str] = ("de", "en"),
 
 
 def spm_encode_binarize(chain, out: Path, spm_cfg: SpmConfig, langs: tuple[str, str],
-                        workers: int) -> None:
+                        workers: int, vocab: GivenVocab | None = None) -> None:
     """The recipe steps after the raw split: train SentencePiece on the raw
-    training text, encode every split, binarize with fairseq-preprocess.
+    training text (or take a given model), encode every split, binarize with
+    fairseq-preprocess (with the given dictionaries, if any).
 
     Args:
         chain: the recipe's :class:`~nmt_specdec.data.steps.StepChain`.
         out: recipe output directory holding ``raw/``; gets ``spm.model``,
             ``spm/`` and ``bin/``.
-        spm_cfg: SentencePiece settings.
+        spm_cfg: SentencePiece settings (unused when ``vocab`` is given).
         langs: (source, target) language suffixes.
         workers: threads/processes for encoding and binarizing.
+        vocab: an existing model's SentencePiece model and dictionaries, so
+            that the data fits that model (fairseq's ``--srcdict`` idea).
     """
     raw_dir, spm_dir, bin_dir = out / "raw", out / "spm", out / "bin"
     model = out / "spm.model"
-    chain.run("spm", asdict(spm_cfg), [model, out / "spm.vocab"],
-              lambda: train_spm([raw_dir / f"train.{lang}" for lang in langs],
-                                out / "spm", spm_cfg))
+    if vocab is None:
+        chain.run("spm", asdict(spm_cfg), [model, out / "spm.vocab"],
+                  lambda: train_spm([raw_dir / f"train.{lang}" for lang in langs],
+                                    out / "spm", spm_cfg))
+    else:
+        chain.run("spm", {"given": vocab.stamp()}, [model],
+                  lambda: _copy_atomic(vocab.spm_model, model))
     encoded = split_paths(spm_dir, langs)
     chain.run("encode", {}, encoded,
               lambda: [encode_file(model, raw_dir / p.name, p, workers) for p in encoded])
-    chain.run("binarize", {}, binarized_outputs(bin_dir, langs),
-              lambda: binarize(spm_dir, bin_dir, langs, workers=workers))
+    chain.run("binarize", {"dicts": vocab.stamp() if vocab else None},
+              binarized_outputs(bin_dir, langs),
+              lambda: binarize(spm_dir, bin_dir, langs, workers=workers, vocab=vocab))
+
+
+@dataclass(frozen=True)
+class GivenVocab:
+    """An existing model's vocabulary: SentencePiece model and dictionaries.
+
+    Attributes:
+        spm_model: SentencePiece ``.model`` file.
+        src_dict: fairseq dictionary of the source side.
+        tgt_dict: fairseq dictionary of the target side (the same file, or
+            one with the same content, means a joined dictionary).
+    """
+
+    spm_model: Path
+    src_dict: Path
+    tgt_dict: Path
+
+    @classmethod
+    def from_flags(cls, model_dir: Path | None, spm_model: Path | None,
+                   dict_path: Path | None, langs: tuple[str, str]) -> "GivenVocab | None":
+        """``--model-dir`` or ``--spm-model`` + ``--dict``; None when neither is given.
+
+        Raises:
+            RecipeError: only one of ``--spm-model``/``--dict``, or a missing file.
+        """
+        if model_dir is not None:
+            if spm_model is not None or dict_path is not None:
+                raise RecipeError("--model-dir excludes --spm-model and --dict")
+            vocab = cls(model_dir / "spm.model", model_dir / f"dict.{langs[0]}.txt",
+                        model_dir / f"dict.{langs[1]}.txt")
+        elif spm_model is None and dict_path is None:
+            return None
+        elif spm_model is None or dict_path is None:
+            raise RecipeError("--spm-model and --dict go together (or use --model-dir)")
+        else:
+            vocab = cls(spm_model, dict_path, dict_path)
+        for path in (vocab.spm_model, vocab.src_dict, vocab.tgt_dict):
+            if not path.is_file():
+                raise RecipeError(f"{path} not found")
+        return vocab
+
+    @property
+    def joined(self) -> bool:
+        """Whether one dictionary serves both sides."""
+        return self.src_dict.read_bytes() == self.tgt_dict.read_bytes()
+
+    def stamp(self) -> dict:
+        """Step parameters: the files' content, so an edited file rebuilds."""
+        return {"spm": _sha256(self.spm_model), "src_dict": _sha256(self.src_dict),
+                "tgt_dict": _sha256(self.tgt_dict)}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def add_vocab_flags(parser) -> None:
+    """The ``--model-dir`` / ``--spm-model`` / ``--dict`` flags of every recipe."""
+    parser.add_argument("--model-dir", type=Path,
+                        help="encode and binarize with this model's spm.model and "
+                        "dict.{src,tgt}.txt instead of training a new vocabulary")
+    parser.add_argument("--spm-model", type=Path,
+                        help="an existing SentencePiece model (with --dict)")
+    parser.add_argument("--dict", type=Path, dest="dict_path",
+                        help="an existing joined fairseq dictionary (with --spm-model)")

@@ -5,7 +5,10 @@ binarize). Each step records a small JSON "stamp" of its parameters once its
 outputs are complete. A rerun skips a step only when its outputs exist *and*
 its stamp matches the current parameters *and* every earlier step was reused,
 so changing e.g. ``--vocab-size`` rebuilds that step and everything after it
-but never the expensive steps before it.
+but never the expensive steps before it. The chain also folds in a digest of
+each step's output *content*: a rebuilt step whose files changed invalidates
+every later step even when its parameters did not (a stale binarization of
+an older ``raw`` split is never reused).
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ LOG = logging.getLogger("nmt_specdec.data")
 
 class RecipeError(UserError):
     """A problem the user can fix (bad path, bad flag); shown as one line, exit 2."""
+
+
+class SourceUnavailable(RecipeError):
+    """Raw data could not be fetched: no network, no apt-get, mirror unreachable.
+
+    Kept apart from other recipe errors so that tests can skip for a missing
+    network but fail for anything else (a parsing bug is not a missing network).
+    """
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -181,7 +192,7 @@ class StepChain:
         if all(p.exists() for p in outputs) and _read_digest(stamp) == digest:
             LOG.info("[%s] outputs up to date, reusing", name)
             self.status[name] = "reused"
-            self._chain = digest
+            self._chain = _chain_after(digest, outputs)
             return False
         stamp.unlink(missing_ok=True)
         LOG.info("[%s] building ...", name)
@@ -194,9 +205,28 @@ class StepChain:
             json.dump({"digest": digest, "params": params}, handle, indent=1,
                       sort_keys=True)
         self.status[name] = "built"
-        self._chain = digest
+        self._chain = _chain_after(digest, outputs)
         LOG.info("[%s] done", name)
         return True
+
+
+def content_digest(paths: Iterable[Path]) -> str:
+    """sha256 over the bytes of files (directories: every file below, sorted)."""
+    sha = hashlib.sha256()
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() \
+            else [path]
+        for file in files:
+            sha.update(str(file.relative_to(path.parent)).encode() + b"\0")
+            with open(file, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    sha.update(block)
+    return sha.hexdigest()
+
+
+def _chain_after(digest: str, outputs: list[Path]) -> str:
+    """The chain value a step hands on: its stamp digest and its outputs' content."""
+    return hashlib.sha256((digest + content_digest(outputs)).encode()).hexdigest()
 
 
 def _read_digest(stamp: Path) -> str | None:

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.errors import UserError
 
 Norm = Tuple[Tensor, Tensor, float]  # LayerNorm weight, bias, eps
 
@@ -83,17 +82,8 @@ def affine(x: Tensor, bias_weight: Tuple[Tensor, Tensor]) -> Tensor:
 def layer_weights(layer: nn.Module) -> LayerWeights:
     """Reads a fairseq ``TransformerDecoderLayerBase`` (with encoder attention).
 
-    Raises:
-        UserError: for layer options the lean pass does not implement
-            (NormFormer extras, cross-self-attention, no encoder attention).
+    The layer's options must have passed :func:`.layout.check_supported`.
     """
-    unsupported = [name for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid")
-                   if getattr(layer, name, None) is not None]
-    if unsupported or getattr(layer, "cross_self_attention", False):
-        raise UserError(f"the SpecDec engine does not support decoder options {unsupported} "
-                        "(NormFormer / cross-self-attention); decode with stock fairseq")
-    if layer.encoder_attn is None:
-        raise UserError("the SpecDec engine needs encoder-decoder attention in every layer")
     attn, cross = layer.self_attn, layer.encoder_attn
     return LayerWeights(
         heads=attn.num_heads,

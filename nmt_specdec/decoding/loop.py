@@ -18,16 +18,17 @@ Shapes: B active rows, K draft slots, T buffer width, C model dim, V vocabulary.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.acceptance import accept_drafts, commit_tokens
+from nmt_specdec.acceptance import accept_drafts, commit_tokens, drafts_before_eos
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.backends.torch import TorchBackend
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
+from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 from nmt_specdec.decoding.scoring import (
     Constraints,
@@ -89,6 +90,7 @@ class SpecDecGenerator(nn.Module):
                  lengths: LengthRules, drafter: Optional[Drafter] = None,
                  backend: Optional[Backend] = None):
         super().__init__()
+        check_supported(model.decoder)  # refuse, at build time, what the engine lacks
         self.model = model
         self.options = options
         self.lengths = lengths
@@ -105,6 +107,11 @@ class SpecDecGenerator(nn.Module):
         self.stats = SpecDecStats()
         self.symbols_to_strip_from_output = {self.eos}
         self._cache = None  # the last batch's cache (tests inspect it)
+
+    def reset_k_policy(self) -> None:
+        """Forgets what ``--spec-k auto`` learned (acceptance, pass costs): the next
+        batch starts from the initial state, as a fresh ``fairseq-generate`` run does."""
+        self.k_policy = make_k_policy(self.options)
 
     def lean_verifier(self) -> VerifierCalls:
         """The backend's verifier, rebuilt only when the model's weights have changed."""
@@ -145,7 +152,7 @@ class SpecDecGenerator(nn.Module):
         # Host-side facts that need no synchronisation: every row commits at least
         # one token per turn, so after t turns every row has >= t output tokens.
         turn, longest, uniform = 0, 1, True
-        trace: List[tuple] = []  # (K, accepted (B,), committed (B,)) per turn, for the stats
+        trace: List[tuple] = []  # (K, accepted, committed, finished) per turn, for the stats
         while rows.index.numel() > 0:
             started = time.perf_counter()
             batch_rows = rows.index.numel()
@@ -156,7 +163,7 @@ class SpecDecGenerator(nn.Module):
             checks = (turn < self.rules.min_len, longest - 1 + k >= min(limits))
             rows, commit, num_accepted = self._iteration(verifier, rows, cache, cross, k,
                                                          longest, uniform, checks)
-            trace.append((k, num_accepted, commit.counts))
+            trace.append((k, num_accepted, commit.counts, commit.finished))
             # The one host synchronisation of the iteration.
             pulled = [rows.lengths.max().view(1), commit.finished.long()]
             if self.k_policy.wants_counts:
@@ -224,17 +231,8 @@ class SpecDecGenerator(nn.Module):
 
     def _add_trace(self, trace: List[tuple], k_max: int) -> None:
         """Adds a batch's turns to the statistics: a few tensor ops, one read."""
-        if not trace:
-            return
-        accepted = torch.cat([t[1] for t in trace])  # (R,) over all row-turns
-        drafted_k = torch.cat([t[1].new_full(t[1].shape, t[0]) for t in trace])  # (R,)
-        slots = torch.arange(k_max, device=accepted.device)
-        drafted = (drafted_k.unsqueeze(1) > slots).sum(0)
-        hits = ((accepted.unsqueeze(1) > slots) & (drafted_k.unsqueeze(1) > slots)).sum(0)
-        tokens = torch.cat([t[2] for t in trace]).sum().view(1)
-        values = torch.cat([drafted, hits, tokens]).tolist()
-        self.stats.add_tally(values[:k_max], values[k_max: 2 * k_max], int(accepted.numel()),
-                             values[-1])
+        if trace:
+            self.stats.add_tally(*tally_trace(trace, k_max))
 
     def _collect(self, rows: Rows, done: Tensor, finished: List[Optional[tuple]]) -> Tensor:
         """Stores finished rows at their input position; returns the survivors' indices."""
@@ -259,3 +257,29 @@ class SpecDecGenerator(nn.Module):
             "positional_scores": scores,
             "iterations": iterations,
         }
+
+
+def tally_trace(trace: List[tuple], k_max: int) -> Tuple[List[int], List[int], int, int]:
+    """Per-slot totals of a batch's turns (one host read).
+
+    Only drafts at or before a committed EOS count (:func:`drafts_before_eos`).
+
+    Args:
+        trace: per turn ``(K, num_accepted, committed, finished)``, the last three
+            (B,) for that turn's active rows.
+        k_max: the largest K.
+
+    Returns:
+        ``(drafted_per_slot, accepted_per_slot, iterations, tokens)`` for
+        :meth:`SpecDecStats.add_tally`.
+    """
+    num_accepted = torch.cat([t[1] for t in trace])  # (R,) over all row-turns
+    k = torch.cat([t[1].new_full(t[1].shape, t[0]) for t in trace])  # (R,)
+    counts = torch.cat([t[2] for t in trace])  # (R,)
+    drafted, accepted = drafts_before_eos(k, num_accepted, counts,
+                                          torch.cat([t[3] for t in trace]))
+    slots = torch.arange(k_max, device=k.device)
+    drafted_per_slot = (drafted.unsqueeze(1) > slots).sum(0)  # (K,)
+    accepted_per_slot = (accepted.unsqueeze(1) > slots).sum(0)  # (K,); accepted <= drafted
+    values = torch.cat([drafted_per_slot, accepted_per_slot, counts.sum().view(1)]).tolist()
+    return values[:k_max], values[k_max: 2 * k_max], int(k.numel()), values[-1]

@@ -24,7 +24,7 @@ from nmt_specdec.decoding.layers import (
     layer_pass,
     layer_weights,
 )
-from nmt_specdec.errors import UserError
+from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.positions import PositionTable
 
 EncoderOut = Dict[str, List[Tensor]]
@@ -45,13 +45,17 @@ class LeanVerifier:
     """
 
     def __init__(self, decoder: nn.Module):
-        if decoder.project_in_dim is not None or decoder.project_out_dim is not None:
-            raise UserError("the SpecDec engine needs decoder_input_dim == decoder_embed_dim")
+        check_supported(decoder)
         self.decoder = decoder
         self.layers = [layer_weights(layer) for layer in decoder.layers]
         self.heads = self.layers[0].heads
         self.dim = decoder.embed_tokens.embedding_dim
         self.embed = decoder.embed_tokens.weight.detach()  # (V, C)
+        # --quant-noise-pq adds a bias-free (C, C) projection of the embeddings, used
+        # in inference too (the noise itself is training-only).
+        noise = getattr(decoder, "quant_noise", None)
+        self.embed_projection_t = (None if noise is None
+                                   else noise.weight.detach().t().contiguous())  # (C, C)
         # (C, V): MKL projects a few rows about twice as fast from this layout.
         self.output_t = decoder.output_projection.weight.detach().t().contiguous()
         norm = decoder.layer_norm
@@ -80,6 +84,8 @@ class LeanVerifier:
     def embed_inputs(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """(B, N) tokens at (B, N) 0-based positions -> (B, N, C), as fairseq embeds."""
         x = self.decoder.embed_scale * F.embedding(tokens, self.embed)
+        if self.embed_projection_t is not None:
+            x = torch.matmul(x, self.embed_projection_t)
         if self.positions is not None:
             x = x + self.positions(positions)
         if self.embed_norm is not None:

@@ -117,8 +117,8 @@ def _add_decoding_args(group) -> None:
         type=int,
         nargs="+",
         default=[],
-        help="SpecDec draft block sizes (default: the model's); 0 = the engine's "
-        "own greedy decoding",
+        help="SpecDec draft block sizes (default: the model's); the engine's own "
+        "greedy decoding (K=0, the 'vs engine greedy' reference) is always run",
     )
     group.add_argument(
         "--grid-auto",
@@ -178,8 +178,15 @@ def _add_timing_args(group) -> None:
     group.add_argument(
         "--repeats",
         type=int,
-        default=3,
-        help="timed passes per row; the median is reported",
+        default=5,
+        help="timed passes per row; the median and the min-max are reported",
+    )
+    group.add_argument(
+        "--order-seed",
+        type=int,
+        default=0,
+        help="seed of the random order in which each repeat runs the rows' passes "
+        "(a fresh order per repeat; recorded in results.json)",
     )
     group.add_argument(
         "--warmup-batches",

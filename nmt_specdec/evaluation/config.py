@@ -47,7 +47,10 @@ class EvalConfig:
             head inside the verify call.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier.
         batch_sizes: sentences per batch; each configuration runs at each size.
-        repeats: timed passes per configuration and batch size (median reported).
+        repeats: timed passes per configuration and batch size (median and min-max
+            reported).
+        order_seed: seed of the random order in which each repeat runs the
+            (configuration, batch size) passes (the orders go into results.json).
         warmup_batches: untimed batches each configuration decodes first.
         threads: ``torch.set_num_threads``.
         cpu: decode on the CPU even when CUDA is available.
@@ -83,7 +86,8 @@ class EvalConfig:
     fused_draft: bool = False
     ct2: bool = False
     batch_sizes: Tuple[int, ...] = (1, 32)
-    repeats: int = 3
+    repeats: int = 5
+    order_seed: int = 0
     warmup_batches: int = 1
     threads: int = 1
     cpu: bool = False
@@ -100,8 +104,8 @@ class DecoderSpec:
         kind: ``stock`` (fairseq's SequenceGenerator), ``specdec`` or ``ct2``
             (CTranslate2 greedy on the converted verifier).
         beam: stock beam size (1 for SpecDec, which verifies greedily).
-        k: SpecDec draft block size K (0: the engine's greedy; with ``auto``, the
-            largest K).
+        k: SpecDec draft block size K (0: the engine's greedy, no drafting; with
+            ``auto``, the largest K).
         auto: K chosen per iteration (``--spec-k auto``).
         beta: SpecDec top-beta width.
         tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
@@ -122,19 +126,29 @@ class DecoderSpec:
 
     @property
     def name(self) -> str:
+        """What the row does: ``stock greedy``, ``stock beam5``, ``engine greedy``
+        (the SpecDec loop with K=0: no drafting), ``SpecDec K=4 β=1``,
+        ``SpecDec K=4 β=3 τ=1``, ``SpecDec auto K≤4 β=1``, ``CTranslate2 greedy int8``;
+        rows on another backend than torch end in ``[onnxruntime int8 fused]``."""
         if self.kind == "stock":
-            return f"stock beam{self.beam}"
+            return "stock greedy" if self.beam == 1 else f"stock beam{self.beam}"
         if self.kind == "ct2":
-            return f"ctranslate2 greedy {'int8' if self.int8 else 'fp32'}"
-        # The torch rows keep their historical names.
+            return f"CTranslate2 greedy {'int8' if self.int8 else 'fp32'}"
         runtime = "" if self.backend == "torch" else (
             f" [{self.backend}{' int8' if self.int8 else ''}"
             f"{' fused' if self.fused_draft else ''}]")
         if self.k == 0:
-            return f"engine greedy k0{runtime}"
-        tau = "" if self.beta == 1 else f" tau{self.tau:g}"
-        k = f"auto(<={self.k})" if self.auto else f"k{self.k}"
-        return f"specdec {k} beta{self.beta}{tau}{runtime}"
+            return f"engine greedy{runtime}"
+        tau = "" if self.beta == 1 else f" τ={self.tau:g}"
+        k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
+        return f"SpecDec {k} β={self.beta}{tau}{runtime}"
+
+    @property
+    def role(self) -> str:
+        """``stock``, ``ct2`` (CTranslate2), ``engine greedy`` (K=0) or ``specdec``."""
+        if self.kind in ("stock", "ct2"):
+            return self.kind
+        return "engine greedy" if self.k == 0 else "specdec"
 
     @property
     def spec_k(self) -> str:
@@ -148,6 +162,7 @@ class DecoderSpec:
 
 
 BASELINE = DecoderSpec("stock", beam=1)
+ENGINE_GREEDY = DecoderSpec("specdec", k=0, beta=1, tau=0.0)
 
 
 def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
@@ -158,7 +173,9 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
         default_k: the model's draft block size (used when ``cfg.grid_k`` is empty).
 
     Returns:
-        Distinct specs, stock beam 1 first.
+        Distinct specs, stock beam 1 first. Unless ``stock_only``, the engine's
+        greedy (K=0) is always among them: the "vs engine greedy" column
+        separates the lean loop's gain from drafting's.
     """
     specs = [BASELINE] + [
         DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1
@@ -182,6 +199,7 @@ def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec
     ks = cfg.grid_k or ((default_k,) if default_k else ())
     if not ks:
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
+    specs.append(ENGINE_GREEDY)
     for k in ks:
         for beta in cfg.grid_beta if k > 0 else (1,):
             for tau in (0.0,) if beta == 1 else cfg.grid_tau:

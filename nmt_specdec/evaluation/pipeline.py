@@ -12,14 +12,19 @@ import gc
 import logging
 import os
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation import loading, machine, metrics, mismatch, report, runner
-from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid, validate
+from nmt_specdec.evaluation.config import (
+    BASELINE,
+    EvalConfig,
+    build_grid,
+    validate,
+)
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
 from nmt_specdec.evaluation.profiling import Profile, profile_run
 from nmt_specdec.evaluation.runner import Run
@@ -46,9 +51,9 @@ def run(cfg: EvalConfig) -> dict:
     """
     validate(cfg)
     make_out_dir(cfg.out)  # before decoding: a bad --out must not cost a whole run
-    if cfg.repeats < 3:
+    if cfg.repeats < 5:
         logger.warning(
-            "--repeats %d: medians of fewer than 3 passes are noisy", cfg.repeats
+            "--repeats %d: medians of fewer than 5 passes are noisy", cfg.repeats
         )
     device = setup_runtime(cfg)
     started = time.perf_counter()
@@ -62,7 +67,8 @@ def run(cfg: EvalConfig) -> dict:
     if any(spec.kind == "specdec" for spec in specs):
         loading.check_specdec_supported(task, model)
     runs = build_runs(cfg, task, model, specs, testset, device)
-    profiles = decode_all(cfg, task, model, runs, device)
+    orders = runner.pass_orders(len(runs), cfg.repeats, cfg.order_seed)
+    profiles = decode_all(cfg, task, model, runs, device, orders)
     rows, signatures = score_runs(runs, testset, detokenize, profiles)
     ties = _greedy_mismatches(model, task, runs, testset)
     results = {
@@ -76,14 +82,7 @@ def run(cfg: EvalConfig) -> dict:
             "sentences": len(testset),
             "source_tokens": sum(s.numel() for s in testset.sources),
         },
-        "timing": {
-            "repeats": cfg.repeats,
-            "warmup_batches": cfg.warmup_batches,
-            "interleaved": True,
-            "statistic": "median",
-            "cpu_over_wall": _cpu_over_wall(runs),
-            "total_wall_s": time.perf_counter() - started,
-        },
+        "timing": _timing_info(cfg, runs, orders, time.perf_counter() - started),
         "memory": _memory_info(runs),
         "signatures": signatures,
         "rows": rows,
@@ -91,6 +90,24 @@ def run(cfg: EvalConfig) -> dict:
     }
     write_outputs(results, cfg.out)
     return results
+
+
+def _timing_info(cfg: EvalConfig, runs: List[Run], orders: List[List[int]],
+                 total_wall_s: float) -> dict:
+    """How the passes were scheduled and summarised (results.json's ``timing``)."""
+    return {
+        "repeats": cfg.repeats,
+        "warmup_batches": cfg.warmup_batches,
+        "interleaved": True,
+        "order": "random",
+        "order_seed": cfg.order_seed,
+        "orders": [[runs[i].label for i in order] for order in orders],
+        "auto_k_state": "reset before every pass",
+        "statistic": "median",
+        "spread": "min-max",
+        "cpu_over_wall": _cpu_over_wall(runs),
+        "total_wall_s": total_wall_s,
+    }
 
 
 def setup_runtime(cfg: EvalConfig) -> torch.device:
@@ -130,14 +147,20 @@ def build_runs(
 
 
 def decode_all(
-    cfg: EvalConfig, task, model: nn.Module, runs: List[Run], device: torch.device
+    cfg: EvalConfig,
+    task,
+    model: nn.Module,
+    runs: List[Run],
+    device: torch.device,
+    orders: List[List[int]],
 ) -> Dict[Tuple, Profile]:
-    """Warm-up, interleaved timed passes, then the optional profile passes."""
+    """Warm-up, interleaved timed passes (one per order), then the optional
+    profile passes."""
     progress = _progress_bar(cfg.progress)
     runner.freeze_heap()
     try:
         runner.warm_up(task, model, runs, device, cfg.warmup_batches, progress)
-        runner.measure(task, model, runs, device, cfg.repeats, progress)
+        runner.measure(task, model, runs, device, orders, progress)
         return profile_runs(task, model, runs, device, progress) if cfg.profile else {}
     finally:
         gc.unfreeze()
@@ -162,7 +185,7 @@ def score_runs(
 ) -> Tuple[List[dict], dict]:
     """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
-    # "vs k0" compares with the engine's greedy on the same backend.
+    # "vs engine greedy" compares with the engine's greedy on the same backend.
     engine_greedy = {(run.batch_size, run.spec.backend, run.spec.int8): run for run in runs
                      if run.spec.kind == "specdec" and run.spec.k == 0}
     rows, signatures = [], {}
@@ -182,11 +205,19 @@ def score_runs(
                 differs,
                 len(testset),
                 profiles.get((run.spec, run.batch_size)),
-                engine_greedy.get((run.batch_size, run.spec.backend, run.spec.int8))
-                if run.spec.kind == "specdec" else None,
+                _engine_greedy_for(run, engine_greedy),
             )
         )
     return rows, signatures
+
+
+def _engine_greedy_for(run: Run, engine_greedy: Dict[Tuple, Run]) -> Optional[Run]:
+    """SpecDec rows: the engine greedy of their backend; stock and CTranslate2 rows:
+    the torch one (else any) at the same batch size."""
+    if run.spec.kind == "specdec":
+        return engine_greedy.get((run.batch_size, run.spec.backend, run.spec.int8))
+    same_batch = [r for (batch, _, _), r in engine_greedy.items() if batch == run.batch_size]
+    return engine_greedy.get((run.batch_size, "torch", False)) or next(iter(same_batch), None)
 
 
 def _greedy_mismatches(model, task, runs: List[Run], testset: TestSet) -> List[dict]:

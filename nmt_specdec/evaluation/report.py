@@ -7,37 +7,69 @@ import statistics
 from typing import Dict, List, Optional
 
 from nmt_specdec.evaluation.metrics import Scores
+from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP
 from nmt_specdec.evaluation.profiling import Profile
 from nmt_specdec.evaluation.runner import Run
 from nmt_specdec.stats import SpecDecStats
 
-SCHEMA_VERSION = 1
+# 2: rows named by what they do, speedups as medians of paired per-repeat ratios
+# with min-max, a random pass order per repeat (timing.orders).
+SCHEMA_VERSION = 2
 
-# (header, row key, format) of the markdown table.
+# (header, row key, format, spread prefix) of the markdown table: with a prefix,
+# the cell also shows the min-max over repeats (``{prefix}_min``/``{prefix}_max``).
 _COLUMNS = (
-    ("batch", "batch_size", "{}"),
-    ("decoder", "name", "{}"),
-    ("BLEU", "bleu", "{:.2f}"),
-    ("chrF", "chrf", "{:.2f}"),
-    ("wall s (median)", "wall_s_median", "{:.3f}"),
-    ("sent/s", "sentences_per_s", "{:.1f}"),
-    ("tok/s", "target_tokens_per_s", "{:.0f}"),
-    ("speedup", "speedup", "{:.2f}x"),
-    ("vs k0", "speedup_vs_k0", "{:.2f}x"),
-    ("tok/iter", "mean_accepted_tokens", "{:.2f}"),
-    ("iter/sent", "iterations_per_sentence", "{:.2f}"),
-    ("!= greedy", "differs_from_greedy", "{}"),
+    ("batch", "batch_size", "{}", None),
+    ("decoder", "name", "{}", None),
+    ("BLEU", "bleu", "{:.2f}", None),
+    ("chrF", "chrf", "{:.2f}", None),
+    ("wall s (median, min–max)", "wall_s_median", "{:.3f}", "wall_s"),
+    ("sent/s", "sentences_per_s", "{:.1f}", None),
+    ("tok/s", "target_tokens_per_s", "{:.0f}", None),
+    ("vs stock greedy", "speedup", "{:.2f}x", "speedup"),
+    ("vs engine greedy", "speedup_vs_k0", "{:.2f}x", "speedup_vs_k0"),
+    ("tok/iter", "mean_accepted_tokens", "{:.2f}", None),
+    ("iter/sent", "iterations_per_sentence", "{:.2f}", None),
+    ("!= greedy", "differs_from_greedy", "{}", None),
 )
 
 _LEGEND = (
-    "speedup: against stock beam 1 (fairseq's SequenceGenerator) at the same batch size; "
-    "vs k0: against the engine's own greedy decoding (--spec-k 0), which separates the "
-    "lean loop's gain from drafting's. "
+    "vs stock greedy: speedup against fairseq's SequenceGenerator with beam 1 at the "
+    "same batch size; vs engine greedy: against the SpecDec loop with K=0 (no "
+    "drafting), which separates the lean loop's gain from drafting's. Both are the "
+    "median over repeats of the ratio of the two rows' times in the same repeat, "
+    "with the min-max over repeats in brackets. "
     "tok/s: output tokens (EOS included) per second. tok/iter: tokens committed per "
-    "SpecDec iteration (accepted drafts + the verifier's own token). iter/sent: "
+    "SpecDec iteration (accepted drafts + the verifier's own token); a SpecDec row "
+    "at 1.00 drafted nothing that was accepted and is labelled so. iter/sent: "
     "verifier calls per sentence. != greedy: sentences whose output differs from "
-    "stock beam 1 at the same batch size."
+    "stock greedy at the same batch size."
 )
+
+DRAFTED_NOTHING = "drafted nothing"
+
+
+def paired_ratios(reference: List[float], seconds: List[float]) -> List[float]:
+    """Per-repeat speedups: the reference's time over this row's, same repeat.
+
+    Both rows ran once per repeat (in that repeat's random order), so a slow
+    stretch of the machine lands on a pair rather than on one side of a ratio
+    of medians.
+    """
+    return [r / s for r, s in zip(reference, seconds)]
+
+
+def spread(values: List[float]) -> dict:
+    """``{"median", "min", "max"}`` of per-repeat values."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def row_name(run: Run, stats: Optional[SpecDecStats]) -> str:
+    """The spec's name, plus "drafted nothing" for a drafting row at 1.00 tok/iter."""
+    name = run.spec.name
+    if run.spec.role == "specdec" and stats and round(stats.mean_accepted_tokens, 2) <= 1.0:
+        name += f" ({DRAFTED_NOTHING})"
+    return name
 
 
 def make_row(
@@ -53,7 +85,7 @@ def make_row(
 
     Args:
         run: the measured run.
-        baseline: stock beam 1 at the same batch size (speedup = its time / this time).
+        baseline: stock greedy at the same batch size.
         scores: BLEU and chrF against the raw references.
         differs_from_greedy: sentences whose output differs from ``baseline``'s.
         num_sentences: sentences in the test set.
@@ -63,7 +95,8 @@ def make_row(
     seconds = run.median_seconds
     stats = run.stats
     return {
-        "name": run.spec.name,
+        "name": row_name(run, stats),
+        "role": run.spec.role,
         "decoder": run.spec.kind,
         "backend": run.spec.backend if run.spec.kind == "specdec" else None,
         "int8": run.spec.int8,
@@ -75,15 +108,10 @@ def make_row(
         "beta": run.spec.beta,
         "tau": run.spec.tau,
         "batch_size": run.batch_size,
-        "wall_s_median": seconds,
-        "wall_s": list(run.seconds),
-        "cpu_s_median": statistics.median(run.cpu_seconds),
+        **_timing_fields(run, baseline, engine_greedy),
         "sentences_per_s": num_sentences / seconds,
         "target_tokens": run.target_tokens,
         "target_tokens_per_s": run.target_tokens / seconds,
-        "speedup": baseline.median_seconds / seconds,
-        "speedup_vs_k0": (engine_greedy.median_seconds / seconds
-                          if engine_greedy is not None else None),
         "bleu": scores.bleu,
         "chrf": scores.chrf,
         # Committed tokens per iteration: accepted drafts plus the verifier's token.
@@ -100,28 +128,57 @@ def make_row(
     }
 
 
+def _timing_fields(run: Run, baseline: Run, engine_greedy: Optional[Run]) -> dict:
+    """Wall times and speedups: median and min-max over repeats."""
+    fields = {
+        "wall_s_median": run.median_seconds,
+        "wall_s_min": min(run.seconds),
+        "wall_s_max": max(run.seconds),
+        "wall_s": list(run.seconds),
+        "cpu_s_median": statistics.median(run.cpu_seconds),
+    }
+    for key, reference in (("speedup", baseline), ("speedup_vs_k0", engine_greedy)):
+        ratios = (spread(paired_ratios(reference.seconds, run.seconds))
+                  if reference is not None else {})
+        fields[key] = ratios.get("median")
+        fields[f"{key}_min"] = ratios.get("min")
+        fields[f"{key}_max"] = ratios.get("max")
+    return fields
+
+
 def _accepted_drafts(stats: SpecDecStats) -> float:
-    """Draft tokens accepted per iteration (0..K), without the verifier's own token."""
+    """Draft tokens accepted per iteration (0..K), without the verifier's own token;
+    drafts after a committed EOS do not count."""
     return sum(stats.accepted_per_slot) / stats.iterations if stats.iterations else 0.0
+
+
+def format_cell(row: dict, key: str, fmt: str, spread_prefix: Optional[str]) -> str:
+    """One table cell: n/a where the figure does not apply, else the value and,
+    for timed figures, `` (min–max)`` over repeats."""
+    if row.get(key) is None:
+        return "n/a"
+    cell = fmt.format(row[key])
+    low, high = (row.get(f"{spread_prefix}_{end}") for end in ("min", "max")) \
+        if spread_prefix is not None else (None, None)
+    if low is not None and high is not None:  # results.json of schema 1 has no spread
+        cell += f" ({fmt.format(low)}–{fmt.format(high)})"
+    return cell
 
 
 def write_json(results: dict, path: str) -> None:
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=2)
+        json.dump(results, handle, indent=2, ensure_ascii=False)
         handle.write("\n")
 
 
 def markdown_table(rows: List[dict]) -> str:
     """One line per (batch size, configuration); n/a where a figure does not apply."""
     lines = [
-        "| " + " | ".join(header for header, _, _ in _COLUMNS) + " |",
+        "| " + " | ".join(column[0] for column in _COLUMNS) + " |",
         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(_COLUMNS))) + "|",
     ]
     for row in rows:
-        cells = [
-            fmt.format(row[key]) if row[key] is not None else "n/a"
-            for _, key, fmt in _COLUMNS
-        ]
+        cells = [format_cell(row, *column[1:]) for column in _COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -155,9 +212,7 @@ def markdown_report(results: dict) -> str:
         f"Test set: {results['test_set']['description']} "
         f"({results['test_set']['sentences']} sentences). "
         f"Checkpoint: `{model['checkpoint']}`.",
-        "Speedup: median wall time of stock beam 1 at the same batch size / this "
-        f"row's (interleaved timed passes: {results['timing']['repeats']}, after "
-        f"warm-up batches: {results['timing']['warmup_batches']}). "
+        f"Timing: {timing_line(results['timing'])} "
         f"CPU/wall time of the timed passes: {results['timing']['cpu_over_wall']:.2f}"
         + (
             " (busy machine: other processes competed for the cores; speedups are "
@@ -187,7 +242,10 @@ def markdown_report(results: dict) -> str:
     parts += ["", "## beta=1 outputs that differ from stock greedy", ""]
     parts += [f"- {t['decoder']} bs{t['batch_size']}: sentence {t['sentence']}, step {t['step']}: "
               f"logit gap {t['logit_gap']:.2e} between tokens {t['reference_token']} and "
-              f"{t['other_token']}" for t in ties] or ["None."]
+              f"{t['other_token']}"
+              + ("" if t["logit_gap"] < NEAR_TIE_LOGIT_GAP else
+                 f" — NOT a near-tie (>= {NEAR_TIE_LOGIT_GAP:g}): a bug, not rounding")
+              for t in ties] or ["None."]
     profile = profile_table(results["rows"])
     if profile:
         parts += [
@@ -197,6 +255,18 @@ def markdown_report(results: dict) -> str:
             profile,
         ]
     return "\n".join(parts) + "\n"
+
+
+def timing_line(timing: dict) -> str:
+    """How the passes were scheduled, in one sentence (for results.md and the README)."""
+    order = ("each repeat ran every (decoder, batch size) pass once, in a fresh "
+             f"random order (Python random.Random({timing.get('order_seed')}); the "
+             "orders are in results.json)"
+             if timing.get("order") == "random" else "order not recorded")
+    return (f"{timing['repeats']} timed passes per row after "
+            f"{timing['warmup_batches']} untimed warm-up batch(es) per row; {order}; "
+            "`--spec-k auto` rows "
+            f"{timing.get('auto_k_state', 'kept their policy state between passes')}.")
 
 
 def _busy(results: dict) -> bool:

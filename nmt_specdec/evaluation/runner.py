@@ -1,14 +1,19 @@
 """Warm-up and interleaved, timed decoding passes over the whole test set.
 
 Every (configuration, batch size) is one :class:`Run`. Each repeat times every
-run once, in an order rotated by one per repeat, so that slow drifts of the
-machine (thermal, other load) spread over all configurations instead of
-favouring whichever always came first.
+run once, in a fresh random order (seeded, and recorded in results.json), so
+that slow drifts of the machine (thermal, other load) land on every
+configuration alike instead of favouring whichever tends to run first (a
+rotation by one per repeat keeps most runs in the same neighbourhood).
+``--spec-k auto`` rows start every pass from the policy's initial state, as a
+fresh ``fairseq-generate`` run does: no pass profits from what an earlier one
+learned.
 """
 
 from __future__ import annotations
 
 import gc
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -61,6 +66,10 @@ class Run:
     def median_seconds(self) -> float:
         return statistics.median(self.seconds)
 
+    @property
+    def auto_k(self) -> bool:
+        return self.spec.kind == "specdec" and self.spec.auto
+
 
 class Pass(NamedTuple):
     """One decoding pass: wall and CPU seconds, and fairseq's n-best lists per batch."""
@@ -97,6 +106,8 @@ def decode_pass(
     prepare_model(model, run.spec)
     if run.spec.kind == "specdec":
         run.generator.stats = SpecDecStats()  # per measurement
+    if run.auto_k:  # every pass pays the exploration a fresh run pays
+        run.generator.reset_k_policy()
     gc.collect()
     gc.disable()
     try:
@@ -138,20 +149,32 @@ def warm_up(
         decode_pass(task, model, run, device, run.batches[:num_batches])
 
 
+def pass_orders(num_runs: int, repeats: int, seed: int) -> List[List[int]]:
+    """A fresh random permutation of the runs for each repeat.
+
+    Args:
+        num_runs: runs timed per repeat.
+        repeats: timed passes per run.
+        seed: seed of ``random.Random`` (the same seed gives the same orders).
+
+    Returns:
+        ``repeats`` permutations of ``range(num_runs)``.
+    """
+    rng = random.Random(seed)
+    return [rng.sample(range(num_runs), num_runs) for _ in range(repeats)]
+
+
 def measure(
     task,
     model: nn.Module,
     runs: List[Run],
     device: torch.device,
-    repeats: int,
+    orders: List[List[int]],
     progress,
 ) -> None:
-    """Times every run ``repeats`` times, interleaved; fills the runs' results."""
-    schedule = [
-        (repeat, runs[(i + repeat) % len(runs)])
-        for repeat in range(repeats)
-        for i in range(len(runs))
-    ]
+    """Times every run once per order in ``orders`` (see :func:`pass_orders`);
+    fills the runs' results."""
+    schedule = [(repeat, runs[i]) for repeat, order in enumerate(orders) for i in order]
     bar = progress(schedule, desc="measure")
     for repeat, run in bar:
         if hasattr(bar, "set_postfix_str"):

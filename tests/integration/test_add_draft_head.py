@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
-from nmt_specdec.data import add_draft_head
+from nmt_specdec.workflows import add_draft_head
 from tests.helpers.fairseq_toy import PLUGINS_DIR, hypotheses, run_cli
 
 pytestmark = pytest.mark.slow
@@ -59,6 +59,7 @@ def test_distilled_targets_are_the_verifiers_greedy_output_in_order(added) -> No
 def test_report_beta1_equals_greedy(added) -> None:
     _, report = added
     assert [row["k"] for row in report["rows"]] == [0, 1, 2, 3]
+    assert report["reference"] == "fairseq SequenceGenerator, beam 1"
     assert all(row["same_as_greedy"] == report["sentences"] for row in report["rows"])
     assert report["rows"][0]["tokens_per_iteration"] == 1.0
     assert all(len(row["slot_acceptance"]) == row["k"] for row in report["rows"])

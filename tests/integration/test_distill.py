@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fairseq.data import Dictionary, data_utils
 
-from nmt_specdec.data import distill
+from nmt_specdec.workflows import distill
 from nmt_specdec.data.steps import RecipeError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

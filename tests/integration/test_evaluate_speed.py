@@ -24,7 +24,8 @@ TINY_DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
              "--encoder-attention-heads", "2", "--decoder-attention-heads", "2")
 ROW_KEYS = {
     "name": str, "decoder": str, "beam": int, "batch_size": int,
-    "wall_s_median": float, "wall_s": list, "cpu_s_median": float,
+    "wall_s_median": float, "wall_s_min": float, "wall_s_max": float, "wall_s": list,
+    "cpu_s_median": float, "role": str, "speedup_min": float, "speedup_max": float,
     "sentences_per_s": float, "target_tokens": int, "target_tokens_per_s": float,
     "speedup": float, "bleu": float, "chrf": float, "differs_from_greedy": int,
     "equals_greedy": bool,
@@ -120,7 +121,7 @@ def _config(toy: dict, out: str, **changes):
                   data=str(toy["data"]), source_lang="src", target_lang="tgt",
                   spm_model=str(toy["spm"]), beams=(1, 2), max_len_a=1.0, max_len_b=4,
                   grid_k=(4,), grid_beta=(1, 3), grid_tau=(1.0,), batch_sizes=(1, 4),
-                  repeats=1, warmup_batches=1, progress=False)
+                  repeats=2, warmup_batches=1, progress=False)
     values.update(changes)
     return toy["script"].EvalConfig(**values)
 
@@ -152,13 +153,19 @@ def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
     assert on_disk["test_set"]["sentences"] == 12
 
     rows = on_disk["rows"]
-    names = {"stock beam1", "stock beam2", "specdec k4 beta1", "specdec k4 beta3 tau1"}
+    names = {"stock greedy", "stock beam2", "engine greedy", "SpecDec K=4 β=1",
+             "SpecDec K=4 β=3 τ=1"}
     assert sorted((r["batch_size"], r["name"]) for r in rows) == sorted(
         (bs, name) for bs in (1, 4) for name in names)
     for row in rows:
         _check_types(row, ROW_KEYS)
         assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100
         assert row["speedup"] > 0 and row["sentences_per_s"] > 0
+        assert row["speedup_min"] <= row["speedup"] <= row["speedup_max"]
+        assert row["wall_s_min"] <= row["wall_s_median"] <= row["wall_s_max"]
+        assert len(row["wall_s"]) == 2
+        # The K=0 row is always measured, so "vs engine greedy" is always there.
+        assert row["speedup_vs_k0_min"] <= row["speedup_vs_k0"] <= row["speedup_vs_k0_max"]
         if row["decoder"] == "specdec":
             _check_types(row, SPECDEC_KEYS)
             assert row["mean_accepted_tokens"] >= 1
@@ -167,9 +174,12 @@ def test_json_has_every_figure(binarized_results: dict, toy: dict) -> None:
             assert set(row["profile"]) >= parts
         else:
             assert row["mean_accepted_tokens"] is None and row["profile"] is None
-        if row["name"] == "stock beam1":
-            assert row["speedup"] == 1.0 and row["differs_from_greedy"] == 0
-        if row["name"] == "specdec k4 beta1":  # lossless: fp32 CPU greedy, same batches
+        if row["name"] == "stock greedy":
+            assert row["speedup"] == row["speedup_max"] == 1.0
+            assert row["differs_from_greedy"] == 0 and row["role"] == "stock"
+        if row["name"] == "engine greedy":
+            assert row["speedup_vs_k0"] == 1.0 and row["k"] == 0
+        if row["name"].startswith("SpecDec K=4 β=1"):  # lossless: fp32 CPU greedy
             assert row["differs_from_greedy"] == 0 and row["equals_greedy"]
 
 
@@ -201,7 +211,7 @@ def test_raw_text_input_decodes_like_binarized(binarized_results: dict,
         stock_only=True, beams=(1,), batch_sizes=(4,)))
     [row] = results["rows"]
     [same] = [r for r in binarized_results["rows"]
-              if r["name"] == "stock beam1" and r["batch_size"] == 4]
+              if r["name"] == "stock greedy" and r["batch_size"] == 4]
     assert row["bleu"] == same["bleu"] and row["chrf"] == same["chrf"]
 
 
@@ -213,7 +223,7 @@ def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
     results = toy["script"].run(_config(toy, "stock", checkpoint=str(toy["stock"]),
                                         stock_only=True, batch_sizes=(4,),
                                         max_sentences=8))
-    assert [r["name"] for r in results["rows"]] == ["stock beam1", "stock beam2"]
+    assert [r["name"] for r in results["rows"]] == ["stock greedy", "stock beam2"]
     assert results["model"]["parameters"]["draft_head"] == 0
     assert results["test_set"]["sentences"] == 8
 
@@ -228,7 +238,8 @@ def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) ->
             "--no-progress", "--out", str(out)]
     assert toy["script"].main(argv) == 0
     printed = capsys.readouterr().out
-    assert "| 3 | stock beam1 |" in printed and "| 3 | specdec k2 beta1 |" in printed
+    assert "| 3 | stock greedy |" in printed and "| 3 | SpecDec K=2 β=1" in printed
+    assert "| 3 | engine greedy |" in printed  # measured without --grid-k 0
     results = json.loads((out / "results.json").read_text())
     assert results["test_set"]["sentences"] == 6
     assert results["config"]["max_sentences"] == 6
@@ -282,3 +293,91 @@ def test_main_prints_one_line_error(toy: dict, capsys: pytest.CaptureFixture) ->
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "--spm-model" in err and "\n" not in err
+
+
+def test_each_repeat_runs_the_passes_in_a_fresh_recorded_order(binarized_results: dict,
+                                                                toy: dict) -> None:
+    from nmt_specdec.evaluation.runner import pass_orders
+
+    timing = binarized_results["timing"]
+    labels = {f"{r['name']} bs{r['batch_size']}" for r in binarized_results["rows"]}
+    assert timing["order"] == "random" and timing["order_seed"] == 0
+    assert len(timing["orders"]) == timing["repeats"] == 2
+    assert all(sorted(order) == sorted(labels) for order in timing["orders"])
+    # Seeded: the same seed gives the same orders, and repeats differ.
+    assert pass_orders(10, 5, seed=3) == pass_orders(10, 5, seed=3)
+    assert len({tuple(order) for order in pass_orders(10, 5, seed=3)}) == 5
+    text = (toy["root"] / "binarized" / "results.md").read_text()
+    assert "fresh random order" in text and "random.Random(0)" in text
+
+
+def test_auto_k_starts_every_pass_from_its_initial_state(toy: dict, monkeypatch) -> None:
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+
+    resets = []
+    original = SpecDecGenerator.reset_k_policy
+
+    def counting(self):
+        resets.append(self.options.auto_k)
+        original(self)
+        # The initial state: no acceptance counted, no pass cost measured.
+        assert not any(self.k_policy.acceptance.reached) and not self.k_policy.table.seconds
+
+    monkeypatch.setattr(SpecDecGenerator, "reset_k_policy", counting)
+    results = toy["script"].run(_config(toy, "auto", grid_auto=True, grid_beta=(1,),
+                                        beams=(1,), batch_sizes=(4,), max_sentences=8,
+                                        warmup_batches=1))
+    auto_rows = [r for r in results["rows"] if r["auto_k"]]
+    assert [r["name"].split(" (")[0] for r in auto_rows] == ["SpecDec auto K≤4 β=1"]
+    # One warm-up pass and two timed passes, each from a fresh policy.
+    assert resets == [True] * 3
+    assert results["timing"]["auto_k_state"] == "reset before every pass"
+
+
+def test_rows_that_accept_no_drafts_say_so() -> None:
+    from types import SimpleNamespace
+
+    from nmt_specdec.evaluation.config import DecoderSpec
+    from nmt_specdec.evaluation.plot import plot_group
+    from nmt_specdec.evaluation.report import row_name
+    from nmt_specdec.stats import SpecDecStats
+
+    idle = SpecDecStats(iterations=10, tokens=10)
+    busy = SpecDecStats(iterations=10, tokens=16)
+    k4 = SimpleNamespace(spec=DecoderSpec("specdec", k=4, beta=1, tau=0.0))
+    k0 = SimpleNamespace(spec=DecoderSpec("specdec", k=0, beta=1, tau=0.0))
+    assert row_name(k4, idle) == "SpecDec K=4 β=1 (drafted nothing)"
+    assert row_name(k4, busy) == "SpecDec K=4 β=1"
+    assert row_name(k0, idle) == "engine greedy"  # K=0 drafts nothing by design
+    rows = [{"role": "specdec", "name": row_name(k4, idle)},
+            {"role": "specdec", "name": row_name(k4, busy)},
+            {"role": "engine greedy", "name": "engine greedy"},
+            {"role": "stock", "name": "stock greedy"}]
+    assert [plot_group(r) for r in rows] == ["drafted nothing", "specdec", "engine greedy",
+                                             "stock"]
+
+
+def test_readme_table_is_rebuilt_from_results_json(binarized_results: dict, toy: dict,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    from nmt_specdec.evaluation.readme_table import main
+
+    assert main([str(toy["root"] / "binarized" / "results.json")]) == 0
+    text = capsys.readouterr().out
+    assert "(command not recorded)" in text  # run(cfg) without a command line
+    for row in binarized_results["rows"]:
+        [line] = [line for line in text.splitlines()
+                  if line.startswith(f"| {row['batch_size']} | {row['name']} |")]
+        low, high = row["speedup_min"], row["speedup_max"]
+        assert f"{row['speedup']:.2f}x ({low:.2f}x–{high:.2f}x)" in line
+    assert "fresh random order" in text and "BLEU signature" in text
+    # An older results.json (schema 1: no spread, no orders) still prints.
+    from nmt_specdec.evaluation.readme_table import readme_table
+
+    old = json.loads(json.dumps(binarized_results))
+    old["timing"] = {key: old["timing"][key]
+                     for key in ("repeats", "warmup_batches", "cpu_over_wall")}
+    for row in old["rows"]:
+        for key in ("speedup", "speedup_vs_k0"):
+            del row[f"{key}_min"], row[f"{key}_max"]
+    assert "order not recorded" in readme_table(old)
+

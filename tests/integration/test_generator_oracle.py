@@ -20,6 +20,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from nmt_specdec.generator import SpecDecGenerator, SpecDecOptions
+from nmt_specdec.stats import oracle_tokens_per_iteration
 from tests.helpers.specdec_toy import (
     OracleDrafter,
     PadDrafter,
@@ -109,6 +110,7 @@ def test_oracle_drafter_commits_k_plus_1_per_iteration(toy, batch, batch_size, k
     # Every iteration but a row's last commits all K drafts plus the bonus.
     assert stats.accepted_per_slot[0] >= sum(e - 1 for e in expected)
     assert stats.mean_accepted_tokens == pytest.approx(sum(lengths) / sum(expected))
+    assert stats.mean_accepted_tokens == pytest.approx(oracle_tokens_per_iteration(lengths, k))
 
 
 @pytest.mark.parametrize("batch_size", [1, 8])

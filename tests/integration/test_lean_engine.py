@@ -175,3 +175,5 @@ def test_logit_gap_at_the_first_difference(toy):
     assert [g["sentence"] for g in gaps] == [0] and gaps[0]["step"] == 2
     # The greedy token is the verifier's top-1 there: the gap is its margin.
     assert gaps[0]["logit_gap"] > 0
+    # A substituted token is no near-tie: the report must not call it rounding.
+    assert gaps[0]["near_tie"] == (gaps[0]["logit_gap"] < 1e-4) and not gaps[0]["near_tie"]

@@ -22,13 +22,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt_specdec.data.pretrained_quickstart import MODEL_DIR
 from nmt_specdec.errors import UserError
+from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, load_model
 
 pytest.importorskip("onnxruntime")
 
 SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
-SETTINGS = json.loads((MODEL_DIR / "settings.json").read_text())
 LENGTHS = dict(max_len_a=SETTINGS["max_len_a"], max_len_b=SETTINGS["max_len_b"])
 
 
@@ -44,18 +43,15 @@ def onnx_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped(onnx_cache):
-    import fairseq_plugins  # noqa: F401
     import sentencepiece
-    from fairseq import checkpoint_utils
 
     torch.set_num_threads(1)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(MODEL_DIR / "model.pt")], arg_overrides={"data": str(MODEL_DIR)})
+    model, task = load_model()
     spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
     sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
                                                   add_if_not_exist=False)
                for line in SENTENCES.read_text(encoding="utf-8").splitlines()]
-    return models[0].eval(), task, sources
+    return model, task, sources
 
 
 @pytest.fixture(scope="module")
@@ -256,13 +252,13 @@ def test_evaluate_runs_backends_and_ctranslate2_rows(shipped, tmp_path):
         grid_beta=(1,), backends=("onnxruntime",), int8=True, ct2=True,
         batch_sizes=(8,), repeats=1, warmup_batches=0, progress=False, **LENGTHS)
     rows = {row["name"]: row for row in run(cfg)["rows"]}
-    assert rows["ctranslate2 greedy fp32"]["differs_from_greedy"] <= 1  # fp32, same weights
-    assert "ctranslate2 greedy int8" in rows
-    fp32 = rows[f"specdec k{SETTINGS['k']} beta1 [onnxruntime]"]
+    assert rows["CTranslate2 greedy fp32"]["differs_from_greedy"] <= 1  # fp32, same weights
+    assert rows["CTranslate2 greedy int8"]["role"] == "ct2"
+    fp32 = rows[f"SpecDec K={SETTINGS['k']} β=1 [onnxruntime]"]
     assert fp32["backend"] == "onnxruntime" and fp32["differs_from_greedy"] == 0
-    assert rows[f"specdec k{SETTINGS['k']} beta1 [onnxruntime int8]"]["int8"]
-    # "vs k0" compares with the greedy of the same backend.
-    assert rows["engine greedy k0 [onnxruntime int8]"]["speedup_vs_k0"] == 1.0
+    assert rows[f"SpecDec K={SETTINGS['k']} β=1 [onnxruntime int8]"]["int8"]
+    # "vs engine greedy" compares with the greedy of the same backend.
+    assert rows["engine greedy [onnxruntime int8]"]["speedup_vs_k0"] == 1.0
 
 
 @pytest.mark.parametrize("extra", [(), ("--encoder-normalize-before", "--decoder-normalize-before",

@@ -214,3 +214,43 @@ def test_recipe_end_to_end_and_reuse(tmp_path: Path) -> None:
     card = (cfg.out / "DATA_CARD.md").read_text(encoding="utf-8")
     assert "GPL-2.0-or-later" in card and "test 2024-01-01" in card
     assert set(ding_recipe.run(cfg).values()) == {"reused"}
+
+
+@pytest.mark.slow
+def test_recipe_with_an_existing_models_vocabulary(tmp_path: Path, capsys) -> None:
+    """--model-dir encodes with the given SentencePiece model and binarizes with
+    the given dictionary (no new vocabulary); an edited dictionary rebuilds."""
+    from nmt_specdec.data import ding_recipe
+
+    corpus = tmp_path / "de-en"
+    _write_tiny_ding(corpus)
+    first = ding_recipe.DingConfig(out=tmp_path / "first", ding_file=corpus, vocab_size=40,
+                                   valid_size=5, test_size=5, workers=1)
+    ding_recipe.run(first)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "spm.model").write_bytes((first.out / "spm.model").read_bytes())
+    dictionary = (first.out / "bin" / "dict.de.txt").read_text(encoding="utf-8")
+    # A symbol the new data never produces must survive: the dictionary is taken, not rebuilt.
+    dictionary += "zzzunseen 1\n"
+    for lang in ("de", "en"):
+        (model_dir / f"dict.{lang}.txt").write_text(dictionary, encoding="utf-8")
+    cfg = ding_recipe.DingConfig(out=tmp_path / "given", ding_file=corpus, valid_size=5,
+                                 test_size=5, workers=1, seed=2, model_dir=model_dir)
+    ding_recipe.run(cfg)
+    for lang in ("de", "en"):
+        assert (cfg.out / "bin" / f"dict.{lang}.txt").read_text(encoding="utf-8") == dictionary
+    assert (cfg.out / "spm.model").read_bytes() == (model_dir / "spm.model").read_bytes()
+    assert "Vocabulary of an existing model" in (cfg.out / "DATA_CARD.md").read_text()
+    assert set(ding_recipe.run(cfg).values()) == {"reused"}
+    for lang in ("de", "en"):
+        (model_dir / f"dict.{lang}.txt").write_text(dictionary + "zzzother 1\n")
+    status = ding_recipe.run(cfg)
+    assert status["binarize"] == "built" and status["raw"] == "reused"
+    assert ding_recipe.main(["--out", str(tmp_path / "bad"), "--ding-file", str(corpus),
+                             "--spm-model", str(model_dir / "spm.model")]) == 2
+    assert ding_recipe.main(["--out", str(tmp_path / "bad"), "--ding-file", str(corpus),
+                             "--model-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2].startswith("error: --spm-model and --dict go together")
+    assert err[-1].startswith("error: ") and "not found" in err[-1]

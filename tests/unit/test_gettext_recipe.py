@@ -219,3 +219,31 @@ def test_recipe_end_to_end_and_reuse(tmp_path: Path) -> None:
     index = json.loads((cfg.out / "catalogs/index.json").read_text())
     assert index["packages"] == sorted(sizes)
     assert set(gettext_recipe.run(cfg).values()) == {"reused"}
+
+
+def test_heldout_packages_alone_rebuild_the_same_valid_and_test(tmp_path: Path) -> None:
+    """The quickstart fetches only a model's held-out packages: its valid and
+    test splits must equal the full recipe's, line for line."""
+    sizes = {f"prog{i}": 10 + 4 * i for i in range(10)}
+    full = gettext_recipe.GettextConfig(out=tmp_path / "full",
+                                        deb_dir=_mo_dirs(tmp_path / "debs", sizes),
+                                        valid_size=80, test_size=80, workers=1)
+    gettext_recipe.run(full, raw_only=True)
+    card = (full.out / "DATA_CARD.md").read_text(encoding="utf-8")
+    heldout = {split: [name for name in sizes if f"| {name} |" in card
+                       and f"| {split} |" in card.split(f"| {name} |")[1].split("\n")[0]]
+               for split in ("valid", "test")}
+    assert heldout["valid"] and heldout["test"]
+    kept = {name: sizes[name] for name in heldout["valid"] + heldout["test"]}
+    alone = gettext_recipe.GettextConfig(out=tmp_path / "alone",
+                                         deb_dir=_mo_dirs(tmp_path / "debs2", kept),
+                                         heldout=heldout, workers=1)
+    gettext_recipe.run(alone, raw_only=True)
+    for name in ("valid.de", "valid.en", "test.de", "test.en"):
+        assert (alone.out / "raw" / name).read_bytes() == (full.out / "raw" / name).read_bytes()
+    assert not (alone.out / "bin").exists()
+    missing = gettext_recipe.GettextConfig(out=tmp_path / "missing",
+                                           deb_dir=_mo_dirs(tmp_path / "debs3", {"prog0": 10}),
+                                           heldout={"test": ["prog9"]}, workers=1)
+    with pytest.raises(RecipeError, match="prog9"):
+        gettext_recipe.run(missing, raw_only=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt_specdec.data import quickstart
+from nmt_specdec.workflows import quickstart, quickstart_train
 from nmt_specdec.data.steps import RecipeError
 
 
@@ -40,7 +40,7 @@ def test_gettext_has_its_own_recipe_and_directories(tmp_path: Path) -> None:
     cfg.validate()
     assert cfg.training_recipe().name == "cpu_tiny_gettext.yaml"
     assert cfg.report_dir().name == "quickstart_gettext"
-    flags = quickstart.train_flags(cfg, tmp_path / "gettext" / "bin", tmp_path / "ckpt")
+    flags = quickstart_train.train_flags(cfg, tmp_path / "gettext" / "bin", tmp_path / "ckpt")
     assert flags[0] == str(tmp_path / "gettext" / "bin")
     assert flags[flags.index("--arch") + 1] == "specdec_transformer_tiny"
 

@@ -161,3 +161,26 @@ def test_step_chain_rejects_missing_outputs(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="did not produce"):
         chain.run("bad", {}, [tmp_path / "never"], lambda: None)
     assert not (tmp_path / ".stamps" / "bad.json").exists()
+
+
+def test_step_chain_follows_output_content(tmp_path: Path) -> None:
+    """A rebuilt step whose files changed invalidates later steps (same params)."""
+    content = {"one": "a"}
+
+    def run_chain() -> dict:
+        chain = StepChain(tmp_path)
+        chain.run("one", {}, [tmp_path / "one"],
+                  lambda: (tmp_path / "one").write_text(content["one"]))
+        chain.run("two", {}, [tmp_path / "two"],
+                  lambda: (tmp_path / "two").write_text("two"))
+        return chain.status
+
+    assert run_chain() == {"one": "built", "two": "built"}
+    # the first step is rebuilt with identical output: the second stays valid
+    (tmp_path / ".stamps" / "one.json").unlink()
+    assert run_chain() == {"one": "built", "two": "reused"}
+    # rebuilt with different output: the second is stale and rebuilt
+    (tmp_path / ".stamps" / "one.json").unlink()
+    content["one"] = "b"
+    assert run_chain() == {"one": "built", "two": "built"}
+    assert run_chain() == {"one": "reused", "two": "reused"}

@@ -5,7 +5,7 @@ One resumable command (``nmt-specdec-add-draft-head``, ``scripts/add_draft_head.
 1. ``distill``: the verifier translates the training (and valid) source itself,
    greedy by default: with beta=1 SpecDec accepts exactly what the verifier's
    greedy search picks, so that is what the head must learn to draft
-   (:mod:`nmt_specdec.data.distill`, resumable chunks). The head needs no
+   (:mod:`nmt_specdec.workflows.distill`, resumable chunks). The head needs no
    references, so ``--extra-source`` adds monolingual source text (e.g. more
    sentence-like than the training corpus), translated the same way;
 2. ``train``: ``fairseq-train`` with ``--init-from-ar-checkpoint
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List
 
-from nmt_specdec.data import distill, train_recipe
+from nmt_specdec.workflows import distill, train_recipe
 from nmt_specdec.data.steps import (
     LOG,
     OneLineParser,
@@ -245,7 +245,7 @@ def run(cfg: AddHeadConfig) -> Dict:
     save_dir = cfg.out / "checkpoints"
     flags = train_flags(cfg, data, model_args, src, tgt, save_dir)
     info = train_recipe.train(flags, save_dir, cfg.out / "train.log", cfg.threads, REPO_ROOT)
-    from nmt_specdec.head_report import acceptance_report, finish_checkpoint
+    from nmt_specdec.workflows.head_report import acceptance_report, finish_checkpoint
 
     model_path = cfg.out / "model.pt"
     finish_checkpoint(Path(info.checkpoint), cfg.checkpoint, model_path)
@@ -292,6 +292,6 @@ def main(argv: List[str] | None = None) -> int:
 
 
 def _print(report: Dict) -> None:
-    from nmt_specdec.head_report import format_report
+    from nmt_specdec.workflows.head_report import format_report
 
     print(format_report(report))

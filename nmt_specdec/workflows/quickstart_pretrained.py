@@ -22,6 +22,7 @@ from typing import Dict, List
 
 from nmt_specdec.data import ding_recipe
 from nmt_specdec.data.steps import LOG, RecipeError, StepChain, atomic_text
+from nmt_specdec.workflows.quickstart_report import evaluate, results_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO_ROOT / "models" / "ding-de-en-tiny"
@@ -78,8 +79,6 @@ def translate_examples(model_dir: Path = MODEL_DIR) -> List[Dict]:
 
 def run(cfg) -> Dict:
     """Data, evaluation, examples, report; returns the results (``results.json`` +)."""
-    from nmt_specdec.data.quickstart import evaluate
-
     start = time.monotonic()
     data_dir, qs_dir = cfg.work / "ding", cfg.work / "quickstart_pretrained"
     chain = StepChain(qs_dir)
@@ -108,8 +107,6 @@ def run(cfg) -> Dict:
 
 def render_report(results: Dict) -> str:
     """Markdown: the model, the decoding table, examples, signatures, the plot."""
-    from nmt_specdec.data.quickstart import results_table
-
     qs, test = results["quickstart"], results["test_set"]
     lines = [
         "# nmt-specdec quickstart: the shipped De-En model",

@@ -1,0 +1,99 @@
+"""Which layouts of fairseq's ``transformer`` decoder the SpecDec engine implements.
+
+The lean pass (:mod:`.layers`, :mod:`.verifier_pass`) and the fixed-shape
+replay (:mod:`nmt_specdec.verifier`) re-implement the decoder's forward. They
+cover every layout that fairseq's ``transformer`` architecture family builds
+from its flags (tested against fairseq's own decoder, layout by layout):
+post- or pre-norm (``--decoder-normalize-before``, with or without
+``--no-decoder-final-norm``), sinusoidal, learned or no positions,
+``--layernorm-embedding``, ``--no-scale-embedding``, shared or separate output
+embeddings, any activation, an encoder width different from the decoder's, and
+``--quant-noise-pq`` (whose extra embedding projection is applied),
+``--decoder-layerdrop`` and ``--checkpoint-activations`` (no-ops in eval mode). Anything
+else changes the arithmetic in a way the engine does not reproduce, so a
+checkpoint that uses it is refused when the generator is built, with the
+option named, instead of being decoded silently wrong.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from torch import nn
+
+from nmt_specdec.errors import UserError
+
+# Layer attribute -> the option that creates it (NormFormer, fairseq's transformer_lm).
+_LAYER_EXTRAS = (("attn_ln", "scale_attn"), ("c_attn", "scale_heads"),
+                 ("ffn_layernorm", "scale_fc"), ("w_resid", "scale_resids"))
+
+
+def unsupported_options(decoder: nn.Module) -> List[str]:
+    """The options of a fairseq ``TransformerDecoderBase`` the engine does not implement.
+
+    Args:
+        decoder: the verifier's decoder.
+
+    Returns:
+        Option names (fairseq's spelling), empty when the engine reproduces the decoder.
+    """
+    from fairseq.models.transformer import TransformerDecoderBase
+    from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
+    from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+
+    found = []
+    if not isinstance(decoder, TransformerDecoderBase):
+        return [f"decoder class {type(decoder).__name__} (not a fairseq TransformerDecoder)"]
+    if getattr(decoder, "adaptive_softmax", None) is not None:
+        found.append("adaptive_softmax_cutoff")
+    if not isinstance(decoder.embed_tokens, nn.Embedding):
+        found.append("adaptive_input")
+    if getattr(decoder, "cross_self_attention", False):
+        found.append("cross_self_attention")
+    if decoder.project_in_dim is not None:
+        found.append("decoder_input_dim")
+    if decoder.project_out_dim is not None:
+        found.append("decoder_output_dim")
+    positions = decoder.embed_positions
+    if positions is not None and not isinstance(
+            positions, (LearnedPositionalEmbedding, SinusoidalPositionalEmbedding)):
+        found.append(f"positional embedding {type(positions).__name__}")
+    for layer in decoder.layers:
+        if not isinstance(layer, TransformerDecoderLayerBase):
+            found.append(f"base_layers ({type(layer).__name__})")
+            continue
+        found += _layer_options(layer)
+    return list(dict.fromkeys(found))  # each option once, in order
+
+
+def _layer_options(layer: nn.Module) -> List[str]:
+    found = [option for name, option in _LAYER_EXTRAS if getattr(layer, name, None) is not None]
+    if getattr(layer, "cross_self_attention", False):
+        found.append("cross_self_attention")
+    if layer.encoder_attn is None:
+        found.append("no_cross_attention (decoder layers without encoder attention)")
+    for attn in (layer.self_attn, layer.encoder_attn):
+        if attn is None:
+            continue
+        if attn.bias_k is not None:
+            found.append("add_bias_kv")
+        if attn.add_zero_attn:
+            found.append("add_zero_attn")
+        if getattr(attn, "use_xformers", False):
+            found.append("xformers_att_config")
+        if attn.num_heads * attn.head_dim != layer.embed_dim:
+            found.append("pruned attention heads")
+    return found
+
+
+def check_supported(decoder: nn.Module) -> None:
+    """Refuses a decoder the engine would decode differently from fairseq.
+
+    Raises:
+        UserError: one line naming every unsupported option.
+    """
+    found = unsupported_options(decoder)
+    if found:
+        raise UserError(f"the SpecDec engine does not implement the decoder option(s) "
+                        f"{', '.join(found)}; decode this checkpoint with stock fairseq "
+                        "(without --spec-decoding/--deterministic)")

@@ -1,0 +1,64 @@
+"""The README's Results table, rebuilt from an evaluation's ``results.json``.
+
+Every figure in the table comes from the JSON, next to the command that
+produced it, so a reader can rerun any row and compare it with its printed
+min-max spread. ``scripts/readme_tables.py RESULTS.json`` prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from nmt_specdec.evaluation.report import format_cell, timing_line
+
+# (header, row key, format, spread prefix), as in report._COLUMNS.
+README_COLUMNS = (
+    ("batch", "batch_size", "{}", None),
+    ("decoder", "name", "{}", None),
+    ("BLEU", "bleu", "{:.2f}", None),
+    ("chrF", "chrf", "{:.2f}", None),
+    ("vs stock greedy (median, min–max)", "speedup", "{:.2f}x", "speedup"),
+    ("vs engine greedy (median, min–max)", "speedup_vs_k0", "{:.2f}x", "speedup_vs_k0"),
+    ("tok/iter", "mean_accepted_tokens", "{:.2f}", None),
+    ("!= greedy", "differs_from_greedy", "{}", None),
+)
+
+
+def readme_table(results: dict) -> str:
+    """Markdown: the command, how it was timed, the table and the BLEU signature.
+
+    Args:
+        results: the contents of an evaluation's ``results.json``.
+    """
+    lines = ["```", results.get("command") or "(command not recorded)", "```", "",
+             f"Timing: {timing_line(results['timing'])}", "",
+             "| " + " | ".join(column[0] for column in README_COLUMNS) + " |",
+             "|" + "|".join("---" if i < 2 else "---:"
+                            for i in range(len(README_COLUMNS))) + "|"]
+    for row in results["rows"]:
+        lines.append("| " + " | ".join(format_cell(row, *column[1:])
+                                       for column in README_COLUMNS) + " |")
+    machine = results["machine"]
+    lines += ["", f"BLEU signature `{results['signatures']['bleu']}`. "
+              f"Machine: {machine.get('gpu') or machine.get('cpu')} ({machine['device']}), "
+              f"{machine['torch_threads']} torch thread(s); CPU/wall time of the timed "
+              f"passes {results['timing']['cpu_over_wall']:.2f}."]
+    ties = results.get("greedy_mismatches") or []
+    if ties:
+        worst = max(t["logit_gap"] for t in ties)
+        lines.append(f"β=1 outputs that differ from stock greedy: {len(ties)}, largest "
+                     f"logit gap at the first difference {worst:.1e}.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", type=Path, help="results.json file(s)")
+    args = parser.parse_args(argv)
+    for path in args.results:
+        sys.stdout.write(readme_table(json.loads(path.read_text(encoding="utf-8"))))
+    return 0

@@ -1,0 +1,167 @@
+"""Quickstart: the shipped model on the Ding test set, or (``--train``) from scratch.
+
+By default the quickstart decodes with the pretrained model shipped in
+``models/ding-de-en-tiny`` (:mod:`nmt_specdec.workflows.quickstart_pretrained`).
+With ``--train`` it trains a tiny joint model on the CPU instead, in three
+reusable steps, stamped under ``{work}/quickstart/.stamps``:
+
+1. ``data``: the Ding recipe (:mod:`nmt_specdec.data.ding_recipe`) into
+   ``{work}/ding`` (its own steps are stamped, so a finished corpus is reused);
+   with ``--corpus gettext`` the gettext recipe
+   (:mod:`nmt_specdec.data.gettext_recipe`) into ``{work}/gettext`` instead;
+2. ``train``: ``fairseq-train`` with the hyper-parameters of
+   ``conf/cpu_tiny.yaml`` (gettext: ``conf/cpu_tiny_gettext.yaml``) and a
+   wall-clock budget (``--stop-time-hours``); an interrupted run resumes, a
+   finished one with the same settings is reused;
+3. ``eval``: :func:`nmt_specdec.evaluation.pipeline.run` on the first
+   sentences of the corpus's test split, batch size 1: stock greedy, stock
+   beam 5, SpecDec beta=1 (exactly greedy) and a relaxed SpecDec row.
+
+Each corpus has its own model and report directories (``{work}/quickstart``
+and ``results/quickstart`` for Ding, ``..._gettext`` for gettext), so
+switching corpus never discards the other one's checkpoints.
+
+``report.md`` is rewritten on every run from the stored results. Entry points:
+``scripts/quickstart.py``, ``make quickstart``, ``nmt-specdec-quickstart``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt_specdec.data.steps import (
+    OneLineParser,
+    RecipeError,
+    report_user_errors,
+    setup_logging,
+)
+from nmt_specdec.workflows import quickstart_pretrained, quickstart_train
+from nmt_specdec.workflows.quickstart_train import CORPORA
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class QuickstartConfig:
+    """Settings of the quickstart (mirrors the command-line flags).
+
+    Attributes:
+        work: Working directory (data in ``work/<corpus>``, model in
+            ``work/quickstart``, or ``work/quickstart_gettext``).
+        out: Where ``report.md``, ``results.json`` and the plot go (None:
+            ``results/quickstart``, or ``results/quickstart_gettext``).
+        recipe: Hydra training recipe holding the hyper-parameters (None: the
+            corpus's recipe in ``CORPORA``).
+        train_minutes: Training wall-clock budget.
+        threads: CPU threads for training and decoding.
+        eval_sentences: Decode the first N test sentences.
+        relaxed_beta: top-beta of the relaxed SpecDec row.
+        relaxed_tau: log-probability margin of the relaxed SpecDec row.
+        ding_file: Optional local Ding ``de-en`` file (else found/downloaded).
+        repeats: Timed passes per decoder (the median is reported).
+        corpus: ``ding`` or ``gettext``.
+        deb_dir: gettext only: read .deb/.mo files from here, not apt-get.
+        train: train a model from scratch instead of using the shipped one.
+    """
+
+    work: Path = REPO_ROOT / "work"
+    out: Path | None = None
+    recipe: Path | None = None
+    train_minutes: float = 7.0
+    threads: int = 2
+    eval_sentences: int = 200
+    relaxed_beta: int = 3
+    relaxed_tau: float = 2.0
+    ding_file: Path | None = None
+    repeats: int = 3
+    corpus: str = "ding"
+    deb_dir: Path | None = None
+    train: bool = False
+
+    @property
+    def suffix(self) -> str:
+        """Directory-name suffix that keeps each corpus's (and mode's) runs apart."""
+        if not self.train:
+            return ""
+        return "_train" if self.corpus == "ding" else f"_{self.corpus}"
+
+    def report_dir(self) -> Path:
+        """``out``, or the corpus's default report directory."""
+        return self.out or REPO_ROOT / "results" / f"quickstart{self.suffix}"
+
+    def training_recipe(self) -> Path:
+        """``recipe``, or the corpus's default Hydra recipe."""
+        return self.recipe or REPO_ROOT / "conf" / CORPORA[self.corpus][0]
+
+    def validate(self) -> None:
+        """Raise RecipeError naming the first impossible option."""
+        if self.train_minutes <= 0:
+            raise RecipeError("--train-minutes must be > 0")
+        if self.threads < 1 or self.eval_sentences < 1 or self.repeats < 1:
+            raise RecipeError("--threads, --eval-sentences and --repeats must be >= 1")
+        if self.relaxed_beta < 1 or self.relaxed_tau < 0:
+            raise RecipeError("--relaxed-beta must be >= 1 and --relaxed-tau >= 0")
+        if self.corpus not in CORPORA:
+            raise RecipeError(f"--corpus must be one of {', '.join(CORPORA)}")
+        if self.corpus != "ding" and not self.train:
+            raise RecipeError("the shipped model is Ding's; --corpus gettext needs --train")
+        if self.ding_file is not None and self.corpus != "ding":
+            raise RecipeError("--ding-file needs --corpus ding")
+        if self.deb_dir is not None and self.corpus != "gettext":
+            raise RecipeError("--deb-dir needs --corpus gettext")
+        if not self.training_recipe().is_file():
+            raise RecipeError(f"--recipe {self.training_recipe()} does not exist")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line flags (defaults come from QuickstartConfig)."""
+    d = QuickstartConfig()
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", type=Path, default=d.work, help="working directory")
+    p.add_argument("--train", action="store_true",
+                   help="train a tiny model from scratch (minutes of CPU: it will not "
+                   "translate well) instead of decoding with the shipped model")
+    p.add_argument("--corpus", choices=list(CORPORA), default=d.corpus,
+                   help="training data: the Ding dictionary or Debian's gettext "
+                   "catalogs (default %(default)s)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="report directory (default results/quickstart; with --train "
+                   "results/quickstart_train, results/quickstart_gettext)")
+    p.add_argument("--recipe", type=Path, default=None,
+                   help="training recipe YAML (default conf/cpu_tiny.yaml, "
+                   "conf/cpu_tiny_gettext.yaml for --corpus gettext)")
+    p.add_argument("--train-minutes", type=float, default=d.train_minutes)
+    p.add_argument("--threads", type=int, default=d.threads)
+    p.add_argument("--eval-sentences", type=int, default=d.eval_sentences)
+    p.add_argument("--relaxed-beta", type=int, default=d.relaxed_beta)
+    p.add_argument("--relaxed-tau", type=float, default=d.relaxed_tau)
+    p.add_argument("--repeats", type=int, default=d.repeats)
+    p.add_argument("--ding-file", type=Path, default=None,
+                   help="local Ding de-en file (default: installed or downloaded)")
+    p.add_argument("--deb-dir", type=Path, default=None,
+                   help="--corpus gettext: read .deb files / .mo directories from "
+                   "here instead of running apt-get download")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags and run; user mistakes exit 2 with one line."""
+    args = vars(build_parser().parse_args(argv))
+    # Claim the root logger before fairseq/matplotlib do (their DEBUG chatter).
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    setup_logging()
+    return report_user_errors(lambda: run(QuickstartConfig(**args)))
+
+
+def run(cfg: QuickstartConfig) -> dict:
+    """Validate, then run the chosen mode; returns its results."""
+    cfg.validate()
+    if cfg.train:
+        return quickstart_train.run(cfg)
+    return quickstart_pretrained.run(cfg)
