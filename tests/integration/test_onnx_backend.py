@@ -261,8 +261,12 @@ def test_evaluate_runs_backends_and_ctranslate2_rows(shipped, tmp_path):
     assert rows["engine greedy [onnxruntime int8]"]["speedup_vs_k0"] == 1.0
 
 
-@pytest.mark.parametrize("extra", [(), ("--encoder-normalize-before", "--decoder-normalize-before",
-                                        "--layernorm-embedding")], ids=["post-norm", "pre-norm"])
+@pytest.mark.parametrize("extra", [
+    (),
+    ("--encoder-normalize-before", "--decoder-normalize-before", "--layernorm-embedding"),
+    # The lean encoder refuses quant-noise: fairseq's own encoder is traced instead.
+    ("--quant-noise-pq", "0.1", "--quant-noise-pq-block-size", "8"),
+], ids=["post-norm", "pre-norm", "traced-encoder"])
 def test_random_model_variants_decode_as_torch(tmp_path, onnx_cache, extra):
     # The graphs write the layers out: both norm placements and the embedding
     # LayerNorm must match the torch passes (the shipped model is post-norm).
