@@ -51,9 +51,9 @@ class SpecDecTransformerModel(TransformerModel):
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt",
                         data_name_or_path=".", **kwargs):
-        """fairseq's hub loader, plus ``backend=``/``int8=``/``fused_draft=``: fairseq applies keyword
-        overrides only to options the checkpoint saved, and checkpoints older than
-        these options lack them, so they are set on the task after loading."""
+        """fairseq's hub loader, plus ``backend=``/``int8=``/``fused_draft=``: fairseq
+        applies keyword overrides only to options the checkpoint saved, and checkpoints
+        older than these options lack them, so they are set on the task after loading."""
         late = {name: kwargs.pop(name) for name in ("backend", "int8", "fused_draft")
                 if name in kwargs}
         hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,

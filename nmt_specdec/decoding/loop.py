@@ -140,7 +140,8 @@ class SpecDecGenerator(nn.Module):
         finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
-    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
+    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
+               bos: int) -> List[tuple]:
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
         batch, k_max = max_len.numel(), self.options.k
         limits = max_len.tolist()

@@ -24,7 +24,11 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.backends.onnxruntime.graphs import DraftGraph, VerifyGraph, _arange_like
+from nmt_specdec.decoding.backends.onnxruntime.graphs import (
+    DraftGraph,
+    VerifyGraph,
+    arange_like,
+)
 from nmt_specdec.decoding.backends.onnxruntime.session import OrtDrafter
 from nmt_specdec.decoding.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.verifier_pass import LeanVerifier
@@ -55,7 +59,7 @@ class FusedVerifyGraph(nn.Module):
         logits, hidden, keys, values = self.verify(tokens, start, memory_mask, *kv[:split])
         anchors = (logits + self.verifier_pad_bias).argmax(-1)  # (B, N)
         batch, new = tokens.shape
-        positions = start.unsqueeze(1) + _arange_like(tokens, 1) + 1  # (B, N) of each anchor
+        positions = start.unsqueeze(1) + arange_like(tokens, 1) + 1  # (B, N) of each anchor
 
         def per_block(t: Tensor) -> Tensor:  # (B, ...) -> (B*N, ...): one block per anchor
             return t.unsqueeze(1).expand(batch, new, *t.shape[1:]).flatten(0, 1)

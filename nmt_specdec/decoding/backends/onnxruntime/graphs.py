@@ -46,7 +46,7 @@ def kv_names(prefix: str, layers: int) -> List[str]:
     return [f"{prefix}_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
 
 
-def _arange_like(size_of: Tensor, dim: int) -> Tensor:
+def arange_like(size_of: Tensor, dim: int) -> Tensor:
     """``arange(size_of.size(dim))`` that the tracer keeps dynamic."""
     return torch.arange(size_of.size(dim), device=size_of.device)
 
@@ -247,9 +247,9 @@ class VerifyGraph(nn.Module):
         lean = self.verifier
         layers = len(lean.layers)
         past, cross = kv[: 2 * layers], kv[2 * layers:]
-        offsets = _arange_like(tokens, 1)  # (N,)
+        offsets = arange_like(tokens, 1)  # (N,)
         x = lean.embed_inputs(tokens, start.unsqueeze(1) + offsets)  # (B, N, C)
-        slots = _arange_like(past[0], 2)  # (T,)
+        slots = arange_like(past[0], 2)  # (T,)
         batch, new = tokens.shape
         old = (slots.view(1, 1, -1) < start.view(-1, 1, 1)).expand(batch, new, -1)  # (B, N, T)
         causal = (offsets.view(-1, 1) >= offsets.view(1, -1)).expand(batch, new, new)

@@ -2,9 +2,10 @@
 
 Inputs and outputs are torch tensors bound in place (I/O binding): the runtime
 reads the cache and the encoder keys/values where they lie and writes logits,
-states and new keys/values into tensors allocated here, so nothing is copied
-on the way in or out. The loop, acceptance and cache bookkeeping are the torch
-backend's; only the passes run in the runtime.
+states and new keys/values into buffers preallocated here (grow-only), so
+nothing is copied on the way in or out and a warm step allocates nothing. The
+loop, acceptance and cache bookkeeping are the torch backend's; only the passes
+run in the runtime.
 
 Shapes: B rows, N new positions, L layers, H heads, T cache slots, S source,
 D head dim, C model dim, V vocabulary, K draft slots.
@@ -12,11 +13,10 @@ D head dim, C model dim, V vocabulary, K draft slots.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence
-
 import math
 import weakref
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
