@@ -40,17 +40,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def verifier_state(state: Dict[str, Any]) -> Dict[str, Any]:
+def verifier_state(state: Dict[str, Any], require_draft_head: bool = True) -> Dict[str, Any]:
     """Returns a stock-``transformer`` checkpoint dict built from a SpecDec one.
 
     Args:
         state: a checkpoint as returned by fairseq's ``load_checkpoint_to_cpu``.
+        require_draft_head: refuse a checkpoint without one (False: rewrite a stock
+            transformer too, e.g. so that CTranslate2's converter takes it).
 
     Returns:
         A new checkpoint dict (model weights shared, not copied).
     """
     weights = state["model"]
-    if not any(key.startswith("draft_head.") for key in weights):
+    if require_draft_head and not any(key.startswith("draft_head.") for key in weights):
         raise UserError("this checkpoint has no draft head: it already is a plain transformer")
     # Plain containers only: stock fairseq under torch >= 2.6 loads checkpoints
     # with weights_only=True, which refuses Namespace and DictConfig objects.

@@ -49,7 +49,8 @@ def convert_verifier(checkpoint: str, data: str, source_lang: str, target_lang: 
 
     os.makedirs(out_dir, exist_ok=True)
     exported = os.path.join(out_dir, "verifier.pt")
-    torch.save(verifier_state(checkpoint_utils.load_checkpoint_to_cpu(checkpoint)), exported)
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    torch.save(verifier_state(state, require_draft_head=False), exported)  # stock ones too
     model_dir = os.path.join(out_dir, "model")
     FairseqConverter(exported, data, source_lang=source_lang,
                      target_lang=target_lang).convert(model_dir, force=True)
