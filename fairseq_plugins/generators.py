@@ -9,7 +9,7 @@
 import logging
 
 from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
-from nmt_specdec.decoding.backends import DEFAULT_BACKEND, make_backend
+from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.errors import UserError
 from nmt_specdec.decoding.options import parse_spec_k
 from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
@@ -27,7 +27,7 @@ def build_decoder(cfg, models, tgt_dict, args, stock=None):
     if cfg.spec_decoding:
         fast = _spec_generator(cfg, models, tgt_dict, args)
     else:
-        if cfg.int8 or cfg.fused_draft or cfg.backend != DEFAULT_BACKEND:
+        if cfg.int8 or cfg.fused_draft or cfg.backend == "onnxruntime":
             logger.warning("--backend/--int8 apply to --spec-decoding (--spec-k 0: greedy); "
                            "fairseq's own generator runs in torch")
         fast = stock

@@ -55,9 +55,10 @@ class TranslationSpecDecConfig(TranslationConfig):
     )
     backend: str = field(
         default=DEFAULT_BACKEND,
-        metadata={"help": f"who runs the model calls of --spec-decoding: {' or '.join(BACKENDS)} "
+        metadata={"help": f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "
                           "(torch: eager, any device; onnxruntime: CPU graphs exported once "
-                          "per checkpoint, cached in ~/.cache/nmt_specdec/onnx)"},
+                          "per checkpoint, cached in ~/.cache/nmt_specdec/onnx; auto: the "
+                          "faster on the CPU, torch on a GPU)"},
     )
     int8: bool = field(
         default=False,

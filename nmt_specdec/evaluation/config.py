@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from nmt_specdec.decoding.backends import DEFAULT_BACKEND, check_backend
+from nmt_specdec.decoding.backends import CPU_BACKEND, DEFAULT_BACKEND, check_backend
 from nmt_specdec.errors import UserError
 
 
@@ -223,8 +223,9 @@ def validate(cfg: EvalConfig) -> None:
     _check_positive("--threads", [cfg.threads])
     for backend in cfg.backends:
         check_backend(backend)
+    onnx = {"onnxruntime"} | ({"auto"} if CPU_BACKEND == "onnxruntime" else set())
     for flag, value in (("--int8", cfg.int8), ("--fused-draft", cfg.fused_draft)):
-        if value and "onnxruntime" not in cfg.backends:
+        if value and not onnx & set(cfg.backends):
             raise UserError(f"{flag} needs onnxruntime among --backend")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")

@@ -27,7 +27,12 @@ from typing import Dict, List, Tuple
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend, make_backend
+from nmt_specdec.decoding.backends import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    check_backend,
+    make_backend,
+)
 from nmt_specdec.errors import UserError
 from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
 
@@ -88,7 +93,7 @@ def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[
                 generator.stats = type(generator.stats)()
             results[config].append(_decode(generator, model, batches))
     stock_turn = statistics.median(r[0] / r[1] for r in results[("stock", 0)])
-    label = backend + (" int8" if int8 else "") + (" fused" if fused_draft else "")
+    label = runtime.name + (" int8" if int8 else "") + (" fused" if fused_draft else "")
     rows = []
     for config in configs:
         seconds = statistics.median(r[0] for r in results[config])

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from nmt_specdec.decoding.backends import resolve_backend
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation import loading, machine, metrics, mismatch, report, runner
 from nmt_specdec.evaluation.config import (
@@ -56,6 +57,9 @@ def run(cfg: EvalConfig) -> dict:
             "--repeats %d: medians of fewer than 5 passes are noisy", cfg.repeats
         )
     device = setup_runtime(cfg)
+    # Rows are labelled by the backend that ran them: resolve `auto` for this device.
+    cfg = dataclasses.replace(cfg, backends=tuple(dict.fromkeys(
+        resolve_backend(name, device) for name in cfg.backends)))
     started = time.perf_counter()
     model, task = loading.load_checkpoint(cfg, device)
     detokenize = metrics.Detokenizer(

@@ -301,3 +301,15 @@ def test_iteration_cost_reports_runtime_calls(shipped):
     table = format_rows("shipped", list(rows.values())).splitlines()
     assert len(table) == len(rows) and all(line.count("|") == 9 for line in table)
     assert table[0].endswith("| n/a |")  # stock greedy makes no backend calls
+
+
+def test_auto_is_the_cpu_backend_on_the_cpu_and_torch_on_a_gpu(shipped, monkeypatch):
+    from nmt_specdec.decoding import backends
+
+    model, task, _ = shipped
+    assert backends.resolve_backend("auto", torch.device("cuda", 0)) == "torch"
+    for cpu_backend in ("torch", "onnxruntime"):  # flipping the default is this one line
+        monkeypatch.setattr(backends, "CPU_BACKEND", cpu_backend)
+        assert backends.make_backend("auto", model, task.target_dictionary).name == cpu_backend
+    with pytest.raises(UserError, match="--int8"):
+        backends.make_backend("torch", model, task.target_dictionary, int8=True)

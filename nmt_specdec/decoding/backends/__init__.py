@@ -3,7 +3,10 @@
 - ``base``: the interface (encode, verify N positions against the cache, draft);
 - ``torch``: eager PyTorch over the lean passes (any device; the GPU path);
 - ``onnxruntime``: the passes exported to ONNX once per checkpoint, run by ONNX
-  Runtime on the CPU (``--int8``: dynamically quantized).
+  Runtime on the CPU (``--int8``: 8-bit weights; ``--fused-draft``: drafts from
+  the verify call);
+- ``auto`` (the default): :data:`CPU_BACKEND` for a model on the CPU, ``torch``
+  on a GPU.
 
 A new backend adds one folder here and one branch in :func:`make_backend`.
 """
@@ -12,23 +15,34 @@ from __future__ import annotations
 
 import weakref
 
+import torch
 from torch import nn
 
 from nmt_specdec.decoding.backends.base import Backend
 from nmt_specdec.errors import UserError
 
-BACKENDS = ("torch", "onnxruntime")
-# The CPU default; chosen from the benchmarks (README). `torch` stays the GPU path.
-DEFAULT_BACKEND = "torch"
+BACKENDS = ("auto", "torch", "onnxruntime")  # the --backend choices
+# What `auto` runs on the CPU: the fastest backend by the benchmarks (README).
+# A GPU model always gets `torch`.
+CPU_BACKEND = "torch"
+DEFAULT_BACKEND = "auto"
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    """``auto`` -> :data:`CPU_BACKEND` on the CPU, ``torch`` elsewhere; others as given."""
+    if name != "auto":
+        return name
+    return CPU_BACKEND if device.type == "cpu" else "torch"
 
 
 def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> None:
     """Raises :class:`UserError` for an unknown ``--backend``, or ``--int8`` or
-    ``--fused-draft`` without onnxruntime."""
+    ``--fused-draft`` without onnxruntime (``auto`` is checked once resolved)."""
     if name not in BACKENDS:
         raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    allowed = ("onnxruntime", "auto") if CPU_BACKEND == "onnxruntime" else ("onnxruntime",)
     for flag, value in (("--int8", int8), ("--fused-draft", fused_draft)):
-        if value and name != "onnxruntime":
+        if value and name not in allowed:
             raise UserError(f"{flag} needs --backend onnxruntime")
 
 
@@ -40,6 +54,8 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
         UserError: unknown name, ``--int8`` with torch, or a runtime that is not
             installed (one line, no traceback).
     """
+    device = next(model.parameters()).device
+    name = resolve_backend(name, device)
     check_backend(name, int8, fused_draft)
     if name == "torch":
         from nmt_specdec.decoding.backends.torch import TorchBackend
