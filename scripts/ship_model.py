@@ -37,6 +37,13 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, required=True, help="default draft block size")
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--corpus", choices=("ding", "gettext"), required=True,
+                   help="the corpus recipe whose test split the quickstart decodes")
+    p.add_argument("--heldout-from", type=Path,
+                   help="gettext: the recipe's DATA_CARD.md; its valid/test packages go to "
+                   "settings.json so the quickstart fetches only those")
+    p.add_argument("--summary", default="",
+                   help="one or two sentences on the model for the quickstart report")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     save_compact(load_checkpoint(str(args.checkpoint)), args.out / "model.pt")
@@ -45,12 +52,28 @@ def main(argv=None) -> int:
     files = sorted(p.name for p in args.out.iterdir()
                    if p.name not in ("README.md", "settings.json"))
     settings = {"k": args.k, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
+                "corpus": args.corpus, "summary": args.summary,
                 "sha256": {name: sha256(args.out / name) for name in files},
                 "bytes": {name: (args.out / name).stat().st_size for name in files}}
+    if args.heldout_from is not None:
+        settings["gettext_heldout"] = heldout_packages(args.heldout_from)
     (args.out / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
     for name in files:
         print(f"| {name} | {settings['bytes'][name]} | `{settings['sha256'][name]}` |")
     return 0
+
+
+def heldout_packages(data_card: Path) -> dict:
+    """{"valid": [...], "test": [...]} from the package table of a gettext data card."""
+    heldout: dict = {"valid": [], "test": []}
+    for line in data_card.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        # | package | version | licence | split | pairs | catalogs |
+        if len(cells) == 6 and cells[3] in heldout and cells[4].isdigit():
+            heldout[cells[3]].append(cells[0])
+    if not heldout["test"]:
+        raise SystemExit(f"error: {data_card} lists no test package")
+    return heldout
 
 
 if __name__ == "__main__":

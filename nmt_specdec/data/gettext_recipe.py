@@ -36,6 +36,7 @@ from nmt_specdec.data.steps import (
     LOG,
     OneLineParser,
     RecipeError,
+    SourceUnavailable,
     StepChain,
     atomic_text,
     report_user_errors,
@@ -127,8 +128,11 @@ def collect(cfg: GettextConfig) -> None:
         names = [n for n in names if n not in unavailable]
         origin = "apt-get download"
     if not names:
-        raise RecipeError("no package could be read; check the package names "
-                          "and that 'apt-get download' works (or use --deb-dir)")
+        # Every download failed: the archive is out of reach (or apt-get is
+        # missing); a network problem, not a bug of the recipe.
+        kind = SourceUnavailable if cfg.deb_dir is None else RecipeError
+        raise kind("no package could be read; check the package names "
+                   "and that 'apt-get download' works (or use --deb-dir)")
     with atomic_text(catalogs_dir / "index.json") as handle:
         json.dump({"origin": origin, "packages": names, "unavailable": unavailable},
                   handle, indent=1)
@@ -173,7 +177,8 @@ def build_raw(cfg: GettextConfig) -> None:
         rows.append((info, per_catalog))
     LOG.info("%d clean pairs from %d packages", sum(map(len, package_pairs.values())),
              len(package_pairs))
-    assignment = _assignment(cfg, {n: len(p) for n, p in package_pairs.items()})
+    assignment = _assignment(cfg, {n: len(p) for n, p in package_pairs.items()},
+                             set(index["unavailable"]))
     result = split_by_package(package_pairs, assignment, cfg.seed, cfg.max_train)
     LOG.info("split: train %d, valid %d, test %d", len(result.train),
              len(result.valid), len(result.test))
@@ -183,7 +188,8 @@ def build_raw(cfg: GettextConfig) -> None:
     card.write_data_card(cfg.out / "DATA_CARD.md", text)
 
 
-def _assignment(cfg: GettextConfig, sizes: dict[str, int]) -> dict[str, str]:
+def _assignment(cfg: GettextConfig, sizes: dict[str, int],
+                unavailable: set[str]) -> dict[str, str]:
     """Each package's split: chosen by size, or fixed by ``cfg.heldout``.
 
     A fixed assignment rebuilds a model's valid and test splits from their
@@ -196,7 +202,10 @@ def _assignment(cfg: GettextConfig, sizes: dict[str, int]) -> dict[str, str]:
     fixed = {name: split for split, names in cfg.heldout.items() for name in names}
     missing = sorted(set(fixed) - set(sizes))
     if missing:
-        raise RecipeError(f"held-out package(s) not read: {', '.join(missing)}")
+        # A package apt-get could not fetch is the archive's problem; one that
+        # was never asked for (or has no catalog) is the caller's.
+        kind = SourceUnavailable if set(missing) <= unavailable else RecipeError
+        raise kind(f"held-out package(s) not read: {', '.join(missing)}")
     return {name: fixed.get(name, "train") for name in sizes}
 
 

@@ -1,7 +1,8 @@
-"""Quickstart: the shipped model on the Ding test set, or (``--train``) from scratch.
+"""Quickstart: a shipped model on its test set, or (``--train``) from scratch.
 
-By default the quickstart decodes with the pretrained model shipped in
-``models/ding-de-en-tiny`` (:mod:`nmt_specdec.workflows.quickstart_pretrained`).
+By default the quickstart decodes the gettext test split with the pretrained
+model shipped in ``models/gettext-de-en-tiny`` (``--model`` picks another, e.g.
+``models/ding-de-en-tiny``; :mod:`nmt_specdec.workflows.quickstart_pretrained`).
 With ``--train`` it trains a tiny joint model on the CPU instead, in three
 reusable steps, stamped under ``{work}/quickstart/.stamps``:
 
@@ -66,6 +67,7 @@ class QuickstartConfig:
         corpus: ``ding`` or ``gettext``.
         deb_dir: gettext only: read .deb/.mo files from here, not apt-get.
         train: train a model from scratch instead of using the shipped one.
+        model: the shipped model directory decoded without ``--train``.
     """
 
     work: Path = REPO_ROOT / "work"
@@ -81,6 +83,11 @@ class QuickstartConfig:
     corpus: str = "ding"
     deb_dir: Path | None = None
     train: bool = False
+    model: Path = quickstart_pretrained.MODEL_DIR
+
+    def model_dir(self) -> Path:
+        """The shipped model to decode with (a directory with settings.json)."""
+        return self.model
 
     @property
     def suffix(self) -> str:
@@ -107,12 +114,12 @@ class QuickstartConfig:
             raise RecipeError("--relaxed-beta must be >= 1 and --relaxed-tau >= 0")
         if self.corpus not in CORPORA:
             raise RecipeError(f"--corpus must be one of {', '.join(CORPORA)}")
-        if self.corpus != "ding" and not self.train:
-            raise RecipeError("the shipped model is Ding's; --corpus gettext needs --train")
-        if self.ding_file is not None and self.corpus != "ding":
+        if self.train and self.ding_file is not None and self.corpus != "ding":
             raise RecipeError("--ding-file needs --corpus ding")
-        if self.deb_dir is not None and self.corpus != "gettext":
+        if self.train and self.deb_dir is not None and self.corpus != "gettext":
             raise RecipeError("--deb-dir needs --corpus gettext")
+        if not self.train:
+            quickstart_pretrained.model_settings(self.model)  # exists and readable
         if not self.training_recipe().is_file():
             raise RecipeError(f"--recipe {self.training_recipe()} does not exist")
 
@@ -125,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", action="store_true",
                    help="train a tiny model from scratch (minutes of CPU: it will not "
                    "translate well) instead of decoding with the shipped model")
+    p.add_argument("--model", type=Path, default=d.model,
+                   help="shipped model directory to decode with (default "
+                   "models/gettext-de-en-tiny; models/ding-de-en-tiny is the Ding one)")
     p.add_argument("--corpus", choices=list(CORPORA), default=d.corpus,
                    help="training data: the Ding dictionary or Debian's gettext "
                    "catalogs (default %(default)s)")

@@ -1,12 +1,15 @@
-"""The default quickstart: decode the Ding test split with the shipped model.
+"""The default quickstart: decode a test split with a shipped model.
 
-No CPU trains a translating model in minutes, so ``make quickstart`` uses the
-model shipped in ``models/ding-de-en-tiny`` (its card says how it was made) and
-only prepares what decoding needs: the Ding test split as plain text (the
-recipe's ``raw`` step; no SentencePiece training, no binarization). Steps,
-stamped under ``{work}/quickstart_pretrained/.stamps``:
+No CPU trains a translating model in minutes, so ``make quickstart`` uses a
+model shipped under ``models/`` (default ``gettext-de-en-tiny``; its card says
+how it was made) and only prepares what decoding needs: the test split of the
+model's corpus as plain text, no SentencePiece training, no binarization.
+For the gettext model that means downloading only the held-out packages named
+in its ``settings.json`` (valid and test: the test split is deduplicated
+against valid, so both are needed to rebuild it line for line). Steps, stamped
+under ``{work}/quickstart_pretrained/.stamps``:
 
-1. ``data``: Ding ``raw/`` (parse and split the dictionary);
+1. ``data``: the corpus recipe up to its ``raw`` split;
 2. ``eval``: :func:`nmt_specdec.evaluation.pipeline.run` on the first test
    sentences at batch size 1: stock greedy, stock beam 5, the engine's greedy
    (K=0), SpecDec beta=1 (exactly greedy) and a relaxed SpecDec row;
@@ -20,21 +23,33 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from nmt_specdec.data import ding_recipe
+from nmt_specdec.data import ding_recipe, gettext_recipe
 from nmt_specdec.data.steps import LOG, RecipeError, StepChain, atomic_text
 from nmt_specdec.workflows.quickstart_report import evaluate, results_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MODEL_DIR = REPO_ROOT / "models" / "ding-de-en-tiny"
-# Written for this project (not taken from any corpus): everyday sentences
-# whose translations should contain the listed words.
-EXAMPLES = (
-    ("Das Haus ist sehr groß.", ("house",)),
-    ("Ich trinke gern Kaffee.", ("coffee",)),
-    ("Der Hund schläft im Garten.", ("dog", "garden")),
-    ("Wir fahren morgen mit dem Zug nach Berlin.", ("train", "Berlin")),
-    ("Das Wetter ist heute schön.", ("weather",)),
-)
+DEFAULT_MODEL = "gettext-de-en-tiny"
+MODEL_DIR = REPO_ROOT / "models" / DEFAULT_MODEL
+# Written for this project (not taken from any corpus): sentences whose
+# translations should contain the listed words (case-insensitive).
+EXAMPLES = {
+    "gettext": (
+        ("Die Datei konnte nicht geöffnet werden.", ("file", "open")),
+        ("Möchten Sie die Änderungen speichern?", ("save", "changes")),
+        ("Verbindung zum Server fehlgeschlagen", ("server",)),
+        ("Neues Fenster öffnen", ("new", "window")),
+        ("Das Bild wird gedruckt.", ("image",)),
+        ("Das Wetter ist heute schön.", ("weather",)),
+        ("Ich trinke gern Kaffee.", ()),
+    ),
+    "ding": (
+        ("Das Haus ist sehr groß.", ("house",)),
+        ("Ich trinke gern Kaffee.", ("coffee",)),
+        ("Der Hund schläft im Garten.", ("dog", "garden")),
+        ("Wir fahren morgen mit dem Zug nach Berlin.", ("train", "Berlin")),
+        ("Das Wetter ist heute schön.", ("weather",)),
+    ),
+}
 
 
 def model_settings(model_dir: Path = MODEL_DIR) -> Dict:
@@ -43,6 +58,28 @@ def model_settings(model_dir: Path = MODEL_DIR) -> Dict:
     if not path.is_file():
         raise RecipeError(f"{path} is missing: is models/ shipped with this checkout?")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def examples_for(model_dir: Path = MODEL_DIR):
+    """The example sentences written for the model's corpus."""
+    return EXAMPLES[model_settings(model_dir).get("corpus", "ding")]
+
+
+def prepare_test_split(cfg, model_dir: Path) -> tuple[Path, Dict[str, str]]:
+    """The raw test split of the model's corpus; returns (raw dir, step status)."""
+    settings = model_settings(model_dir)
+    if settings.get("corpus") == "gettext":
+        heldout = settings["gettext_heldout"]
+        out = cfg.work / "gettext-heldout"
+        status = gettext_recipe.run(gettext_recipe.GettextConfig(
+            out=out, deb_dir=cfg.deb_dir,
+            packages=None if cfg.deb_dir else heldout["valid"] + heldout["test"],
+            heldout=heldout), raw_only=True)
+    else:
+        out = cfg.work / "ding"
+        status = ding_recipe.run(ding_recipe.DingConfig(out=out, ding_file=cfg.ding_file),
+                                 raw_only=True)
+    return out / "raw", status
 
 
 def eval_config(cfg, model_dir: Path, raw_dir: Path):
@@ -71,31 +108,32 @@ def translate_examples(model_dir: Path = MODEL_DIR) -> List[Dict]:
                           spm_model=str(model_dir / "spm.model"), data=str(model_dir),
                           spec_decoding=True, spec_k=str(settings["k"]), cpu=True,
                           max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"])
-    outputs = translate_lines([source for source, _ in EXAMPLES], load_translator(cfg),
-                              batch_size=len(EXAMPLES))
+    examples = examples_for(model_dir)
+    outputs = translate_lines([source for source, _ in examples], load_translator(cfg),
+                              batch_size=len(examples))
     return [{"source": s, "translation": t, "expect": list(words)}
-            for (s, words), t in zip(EXAMPLES, outputs)]
+            for (s, words), t in zip(examples, outputs)]
 
 
 def run(cfg) -> Dict:
     """Data, evaluation, examples, report; returns the results (``results.json`` +)."""
     start = time.monotonic()
-    data_dir, qs_dir = cfg.work / "ding", cfg.work / "quickstart_pretrained"
-    chain = StepChain(qs_dir)
-    status = ding_recipe.run(ding_recipe.DingConfig(out=data_dir, ding_file=cfg.ding_file),
-                             raw_only=True)
+    model_dir = cfg.model_dir()
+    chain = StepChain(cfg.work / "quickstart_pretrained")
+    raw_dir, status = prepare_test_split(cfg, model_dir)
     chain.status["data"] = "reused" if set(status.values()) == {"reused"} else "built"
-    eval_cfg = eval_config(cfg, MODEL_DIR, data_dir / "raw")
+    eval_cfg = eval_config(cfg, model_dir, raw_dir)
     results_json = cfg.report_dir() / "results.json"
     params = {k: v for k, v in vars(eval_cfg).items()
               if k not in {"checkpoint", "out", "data", "src_file", "ref_file", "spm_model",
                            "progress", "command"}}
-    params["model_sha256"] = model_settings()["sha256"]
+    params["model_sha256"] = model_settings(model_dir)["sha256"]
     chain.run("eval", params, [results_json, cfg.report_dir() / "bleu_vs_speedup.png"],
               lambda: evaluate(eval_cfg))
     results = json.loads(results_json.read_text(encoding="utf-8"))
-    results["examples"] = translate_examples()
-    results["quickstart"] = {"mode": "pretrained", "model": str(MODEL_DIR.relative_to(REPO_ROOT)),
+    results["examples"] = translate_examples(model_dir)
+    results["quickstart"] = {"mode": "pretrained", "model": _shown(model_dir),
+                             "card_summary": model_settings(model_dir).get("summary", ""),
                              "steps": dict(chain.status), "threads": 1,
                              "wall_seconds": time.monotonic() - start}
     with atomic_text(cfg.report_dir() / "report.md") as handle:
@@ -111,11 +149,8 @@ def render_report(results: Dict) -> str:
     lines = [
         "# nmt-specdec quickstart: the shipped De-En model",
         "",
-        f"Model: `{qs['model']}` (its `README.md` says how it was trained and on what): "
-        "a small Transformer verifier (3+3 layers, d=256) trained 2 h on the Ding "
-        "dictionary, plus a SpecDec draft head trained onto it by "
-        "`nmt-specdec-add-draft-head`. It is a small model trained on a dictionary, "
-        "not a strong system: expect word-level translations of short sentences.",
+        f"Model: `{qs['model']}` (its `README.md` says how it was trained and on what). "
+        + qs.get("card_summary", ""),
         "",
         f"## Decoding (batch size 1, 1 thread)",
         "",
@@ -139,3 +174,11 @@ def render_report(results: Dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _shown(model_dir: Path) -> str:
+    """The model directory relative to the checkout when it is inside it."""
+    try:
+        return str(model_dir.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(model_dir)

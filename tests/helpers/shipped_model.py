@@ -1,10 +1,11 @@
 """The shipped model, as the real-model tests see it: the one place that names it.
 
-When ``models/`` ships another model (e.g. a gettext one), change
-:data:`MODEL_DIR` and :func:`split_lines` here; the tests take both from here.
+It is the quickstart's default model (``quickstart_pretrained.MODEL_DIR``), and
+its test split is prepared by the quickstart's own code path
+(``prepare_test_split``: for the gettext model, only its held-out packages).
 
-Preparing the test data may need the network (the Ding recipe downloads the
-Debian package ``trans-de-en`` on first use). Only a genuinely missing network
+Preparing the test data needs the network on first use (``apt-get download``
+of Debian packages). Only a genuinely missing network
 or apt (:class:`~nmt_specdec.data.steps.SourceUnavailable`) skips a test; any
 other failure of the preparation is a bug and fails the test with a clear
 message, so that a real-model test cannot quietly turn into a skip.
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import List
 
 import pytest
 import torch
 
+from nmt_specdec.workflows.quickstart_pretrained import MODEL_DIR, prepare_test_split
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MODEL_DIR = REPO_ROOT / "models" / "ding-de-en-tiny"
 SETTINGS = json.loads((MODEL_DIR / "settings.json").read_text(encoding="utf-8"))
 
 
@@ -40,19 +43,19 @@ def split_lines(out: Path, count: int) -> List[str]:
     Skips only when the data source is unreachable (no network, no apt-get);
     fails, naming the error, for anything else.
     """
-    from nmt_specdec.data import ding_recipe
     from nmt_specdec.data.steps import SourceUnavailable
 
+    where = SimpleNamespace(work=out, deb_dir=None, ding_file=None)
     try:
-        ding_recipe.run(ding_recipe.DingConfig(out=out), raw_only=True)
+        raw_dir, _ = prepare_test_split(where, MODEL_DIR)
     except SourceUnavailable as exc:
-        pytest.skip(f"Ding dictionary unreachable (network or apt-get unavailable): {exc}")
+        pytest.skip(f"test data unreachable (network or apt-get unavailable): {exc}")
     except Exception as exc:  # a bug in the recipe, not a missing network
-        pytest.fail(f"preparing the Ding test split failed ({type(exc).__name__}: {exc}); "
+        pytest.fail(f"preparing the test split failed ({type(exc).__name__}: {exc}); "
                     "this is not a network problem, so the real-model tests fail")
-    lines = (out / "raw" / "test.de").read_text(encoding="utf-8").splitlines()
+    lines = (raw_dir / "test.de").read_text(encoding="utf-8").splitlines()
     if len(lines) < count:
-        pytest.fail(f"the Ding test split has {len(lines)} lines, the tests need {count}")
+        pytest.fail(f"the test split has {len(lines)} lines, the tests need {count}")
     return lines[:count]
 
 

@@ -67,9 +67,11 @@ def test_resaved_checkpoint_loads_through_the_safe_loader(tmp_path: Path) -> Non
 
 
 def test_known_sentences_translate() -> None:
-    for example in translate_examples():
+    examples = translate_examples()
+    assert sum(bool(e["expect"]) for e in examples) >= 3
+    for example in examples:
         words = example["translation"].lower()
-        assert any(w.lower() in words for w in example["expect"]), example
+        assert all(w.lower() in words for w in example["expect"]), example
 
 
 @pytest.fixture(scope="module")
@@ -154,18 +156,17 @@ def test_deterministic_mode_gives_the_same_bytes_at_any_batch_size(model_and_tas
 @pytest.mark.parametrize("error, outcome", [
     ("unreachable", pytest.skip.Exception), ("bug", pytest.fail.Exception)])
 def test_only_an_unreachable_source_skips(tmp_path, monkeypatch, error, outcome) -> None:
-    from nmt_specdec.data import ding_recipe
     from nmt_specdec.data.steps import SourceUnavailable
-    from tests.helpers.shipped_model import split_lines
+    from tests.helpers import shipped_model
 
     def failing(*args, **kwargs):
         if error == "unreachable":
             raise SourceUnavailable("apt-get download: CalledProcessError")
         raise KeyError("a bug in the recipe")
 
-    monkeypatch.setattr(ding_recipe, "run", failing)
+    monkeypatch.setattr(shipped_model, "prepare_test_split", failing)
     with pytest.raises(outcome) as caught:
-        split_lines(tmp_path, 5)
+        shipped_model.split_lines(tmp_path, 5)
     assert ("unreachable" if error == "unreachable" else "not a network problem") in str(
         caught.value)
 
@@ -198,5 +199,7 @@ def test_ding_download_failure_is_told_apart(tmp_path, monkeypatch, failing_tool
 
 
 def test_examples_are_written_here() -> None:
-    # The example sentences are the project's own (see quickstart_pretrained).
-    assert len(EXAMPLES) >= 3 and all(words for _, words in EXAMPLES)
+    # The example sentences are the project's own (see quickstart_pretrained),
+    # for every shipped model's corpus.
+    assert set(EXAMPLES) == {"gettext", "ding"}
+    assert all(len(examples) >= 5 for examples in EXAMPLES.values())

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nmt_specdec.workflows import quickstart, quickstart_train
 from nmt_specdec.data.steps import RecipeError
+from nmt_specdec.workflows import quickstart, quickstart_pretrained, quickstart_train
 
 
 def _config(argv: list[str]) -> quickstart.QuickstartConfig:
@@ -16,11 +16,18 @@ def _config(argv: list[str]) -> quickstart.QuickstartConfig:
     return quickstart.QuickstartConfig(**vars(args))
 
 
-def test_default_is_the_shipped_ding_model() -> None:
+def test_default_is_the_shipped_gettext_model() -> None:
     cfg = _config([])
     cfg.validate()
-    assert cfg.corpus == "ding" and not cfg.train
+    assert not cfg.train and cfg.model_dir().name == "gettext-de-en-tiny"
+    assert quickstart_pretrained.model_settings(cfg.model_dir())["corpus"] == "gettext"
     assert cfg.report_dir().name == "quickstart"
+
+
+def test_the_ding_model_is_still_shipped() -> None:
+    cfg = _config(["--model", str(quickstart_pretrained.REPO_ROOT / "models/ding-de-en-tiny")])
+    cfg.validate()
+    assert quickstart_pretrained.model_settings(cfg.model_dir()).get("corpus", "ding") == "ding"
 
 
 def test_training_from_scratch_keeps_its_own_directories() -> None:
@@ -30,9 +37,9 @@ def test_training_from_scratch_keeps_its_own_directories() -> None:
     assert cfg.report_dir().name == "quickstart_train"
 
 
-def test_gettext_needs_train() -> None:
-    with pytest.raises(RecipeError, match="--corpus gettext needs --train"):
-        _config(["--corpus", "gettext"]).validate()
+def test_a_missing_model_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="settings.json is missing"):
+        _config(["--model", str(tmp_path / "nowhere")]).validate()
 
 
 def test_gettext_has_its_own_recipe_and_directories(tmp_path: Path) -> None:
@@ -46,7 +53,7 @@ def test_gettext_has_its_own_recipe_and_directories(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--deb-dir", "debs"], "--deb-dir needs --corpus gettext"),
+    (["--train", "--deb-dir", "debs"], "--deb-dir needs --corpus gettext"),
     (["--train", "--corpus", "gettext", "--ding-file", "de-en"],
      "--ding-file needs --corpus ding"),
 ])
