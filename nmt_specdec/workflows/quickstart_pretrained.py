@@ -94,7 +94,7 @@ def eval_config(cfg, model_dir: Path, raw_dir: Path):
         grid_k=(0, settings["k"]), grid_beta=(1, cfg.relaxed_beta),
         grid_tau=(cfg.relaxed_tau,), max_len_a=settings["max_len_a"],
         max_len_b=settings["max_len_b"], batch_sizes=(1,), repeats=cfg.repeats,
-        warmup_batches=2, threads=1, cpu=True, progress=True,
+        warmup_batches=2, threads=1, cpu=True, progress=True, ct2=True,
         command="scripts/quickstart.py",
     )
 
