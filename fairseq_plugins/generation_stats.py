@@ -15,7 +15,7 @@ import atexit
 import logging
 from typing import List, TypeVar
 
-from nmt_specdec.stats import SpecDecStats
+from nmt_specdec.decoding.stats import SpecDecStats
 
 logger = logging.getLogger(__name__)
 

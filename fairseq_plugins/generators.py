@@ -8,11 +8,11 @@
 
 import logging
 
-from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.options import LengthRules, SpecDecOptions, parse_spec_k
+from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
-from nmt_specdec.decoding.options import parse_spec_k
-from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
 
 logger = logging.getLogger(__name__)
 

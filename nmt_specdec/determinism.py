@@ -31,12 +31,12 @@ from typing import Dict, List, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.acceptance import constrain_lprobs
+from nmt_specdec.decoding.acceptance import constrain_lprobs
+from nmt_specdec.decoding.backends.torch.replay_pass import KVCache, verify_block
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules
+from nmt_specdec.decoding.ragged import compaction_index
 from nmt_specdec.errors import UserError
-from nmt_specdec.ragged import compaction_index
-from nmt_specdec.verifier import KVCache, verify_block
 
 
 class WindowWalk(NamedTuple):

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from nmt_specdec.positions import embed_positions_at
+from nmt_specdec.decoding.positions import embed_positions_at
 
 FORMAT_VERSION = 2
 
@@ -138,7 +138,7 @@ class DraftHead(nn.Module):
                 encoder_out: Dict[str, List[Tensor]], num_slots: int,
                 rows: Optional[Tensor] = None) -> Tensor:
         """Scores K draft slots (training and reference path; decoding uses
-        :mod:`nmt_specdec.decoding.draft_pass` on the same weights).
+        :mod:`nmt_specdec.decoding.backends.torch.draft_pass` on the same weights).
 
         Args:
             states, last_tokens, positions: see :meth:`block_inputs`, (B', ...).

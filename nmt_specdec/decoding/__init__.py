@@ -1,18 +1,27 @@
-"""The lean Spec-Verify engine: one decoding loop for greedy (K=0) and SpecDec.
+"""The Spec-Verify engine: one decoding loop for greedy (K=0) and SpecDec.
 
 fairseq's incremental decoder scores one token per call through per-layer
 dictionaries that grow by ``torch.cat``; speculative decoding needs several new
 positions per call and a cache that can roll back. This package drives the
-same weights directly:
+same weights directly. Everything at this level is shared by every backend:
 
-- :mod:`.layers`: a fairseq decoder layer's weights, fused, and one batch-first
-  pass over new positions (``scaled_dot_product_attention``);
+- :mod:`.loop`: draft -> verify -> accept -> commit -> bookkeep
+  (:class:`~.loop.SpecDecGenerator`, the generator fairseq gets);
+- :mod:`.options`: K, beta, tau and fairseq's length rules; :mod:`.k_policy`:
+  ``--spec-k N`` or ``auto``;
+- :mod:`.acceptance` (Xia et al.'s Eq. 4 and the commit) and :mod:`.scoring`
+  (scores from logits where they are used): pure tensor functions;
 - :mod:`.cache`: the pre-allocated self-attention cache; roll-back moves each
   row's length, nothing is copied;
-- :mod:`.verifier_pass` / :mod:`.draft_pass`: the verifier and the draft head as
-  lean passes that return hidden states; vocabulary projections happen only
-  where their scores are used (:mod:`.scoring`);
-- :mod:`.loop`: draft -> verify -> accept -> commit -> bookkeep.
+- :mod:`.drafters`: the :class:`~.drafters.Drafter` interface the loop sees;
+- :mod:`.stats`: acceptance statistics; :mod:`.positions`: fairseq's position
+  numbering at explicit positions; :mod:`.ragged`: cache compaction for
+  fairseq's incremental state (the fixed-shape replay);
+- :mod:`.layout`: which fairseq decoder layouts the engine decodes.
+
+The model calls (encode, verify N positions against the cache and the encoder
+memory, draft) live in :mod:`.backends`: ``backends/base.py`` is the interface,
+and each backend is one folder beside it (``torch/``, ``onnxruntime/``).
 
 Shapes: B active rows, N new positions, K draft slots, T cache slots, S source,
 L layers, H heads, D head dim, C model dim, V vocabulary.

@@ -1,9 +1,10 @@
 """Which layouts of fairseq's ``transformer`` decoder the SpecDec engine implements.
 
-The lean pass (:mod:`.layers`, :mod:`.verifier_pass`) and the fixed-shape
-replay (:mod:`nmt_specdec.verifier`) re-implement the decoder's forward. They
-cover every layout that fairseq's ``transformer`` architecture family builds
-from its flags (tested against fairseq's own decoder, layout by layout):
+Every backend's passes derive from the torch backend's lean pass
+(:mod:`.backends.torch.layers`, :mod:`.backends.torch.verifier_pass`), and the
+fixed-shape replay (:mod:`.backends.torch.replay_pass`) re-implements the
+decoder's forward too. They cover every layout that fairseq's ``transformer``
+architecture family builds from its flags (tested against fairseq's own decoder, layout by layout):
 post- or pre-norm (``--decoder-normalize-before``, with or without
 ``--no-decoder-final-norm``), sinusoidal, learned or no positions,
 ``--layernorm-embedding``, ``--no-scale-embedding``, shared or separate output

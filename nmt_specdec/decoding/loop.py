@@ -21,12 +21,12 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.acceptance import accept_drafts, commit_tokens, drafts_before_eos
+from nmt_specdec.decoding.acceptance import accept_drafts, commit_tokens, drafts_before_eos
+from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
-from nmt_specdec.decoding.backends.torch import TorchBackend
+from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
@@ -36,9 +36,8 @@ from nmt_specdec.decoding.scoring import (
     normaliser,
     positional_scores,
 )
-from nmt_specdec.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.errors import UserError
-from nmt_specdec.stats import SpecDecStats
 
 
 class Rows(NamedTuple):
@@ -97,7 +96,7 @@ class SpecDecGenerator(nn.Module):
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
         self.rules = Constraints(self.pad, self.eos, self.unk, lengths.min_len,
                                  lengths.unk_penalty)
-        self.backend = backend or TorchBackend(model)
+        self.backend = backend or make_backend("torch", model, tgt_dict)
         if drafter is None and options.k > 0:
             if not hasattr(model, "draft_head"):
                 raise UserError("--spec-k > 0 needs a model with a draft head")

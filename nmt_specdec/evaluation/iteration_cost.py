@@ -33,8 +33,9 @@ from nmt_specdec.decoding.backends import (
     check_backend,
     make_backend,
 )
+from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 from nmt_specdec.errors import UserError
-from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
 
 Config = Tuple[str, int]  # ("stock", 0) or ("engine", K)
 

@@ -6,11 +6,11 @@ import json
 import statistics
 from typing import Dict, List, Optional
 
+from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.evaluation.metrics import Scores
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP
 from nmt_specdec.evaluation.profiling import Profile
 from nmt_specdec.evaluation.runner import Run
-from nmt_specdec.stats import SpecDecStats
 
 # 2: rows named by what they do, speedups as medians of paired per-repeat ratios
 # with min-max, a random pass order per repeat (timing.orders).

@@ -22,10 +22,10 @@ from typing import Dict, Iterable, List, NamedTuple, Optional
 import torch
 from torch import nn
 
+from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.evaluation.config import DecoderSpec
 from nmt_specdec.evaluation.loading import prepare_model
 from nmt_specdec.evaluation.testset import Batch
-from nmt_specdec.stats import SpecDecStats
 
 
 @dataclass

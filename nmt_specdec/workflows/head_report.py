@@ -15,9 +15,9 @@ from typing import Dict, List
 import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
+from nmt_specdec.decoding.stats import oracle_tokens_per_iteration
 from nmt_specdec.errors import UserError
 from nmt_specdec.shipping import save_compact
-from nmt_specdec.stats import oracle_tokens_per_iteration
 
 
 def finish_checkpoint(trained: Path, verifier: Path, out: Path) -> None:
@@ -70,7 +70,8 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     from fairseq.sequence_generator import SequenceGenerator
 
     import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
-    from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 
     torch.set_num_threads(threads)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(

@@ -5,7 +5,7 @@ Built on :mod:`tests.helpers.fairseq_toy` (toy data, binarize, fairseq CLIs).
 * :func:`random_specdec_model` builds a random-weight ``specdec_transformer`` in
   this process (no training, well under a second) for generator tests.
 * :class:`OracleDrafter` / :class:`WrongDrafter` / :class:`PadDrafter` implement
-  :class:`nmt_specdec.drafters.Drafter` from a known reference output.
+  :class:`nmt_specdec.decoding.drafters.Drafter` from a known reference output.
 * :func:`train_specdec_toy` trains the joint model with the real
   ``fairseq-train`` CLI on a copy task (600 CPU updates, ~50 s of CPU),
   for tests that need a model that has learned something (draft accuracy, CLI
@@ -26,7 +26,7 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from nmt_specdec.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from tests.helpers.fairseq_toy import (
     PLUGINS_DIR,
     binarize,

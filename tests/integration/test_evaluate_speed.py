@@ -337,10 +337,10 @@ def test_auto_k_starts_every_pass_from_its_initial_state(toy: dict, monkeypatch)
 def test_rows_that_accept_no_drafts_say_so() -> None:
     from types import SimpleNamespace
 
+    from nmt_specdec.decoding.stats import SpecDecStats
     from nmt_specdec.evaluation.config import DecoderSpec
     from nmt_specdec.evaluation.plot import plot_group
     from nmt_specdec.evaluation.report import row_name
-    from nmt_specdec.stats import SpecDecStats
 
     idle = SpecDecStats(iterations=10, tokens=10)
     busy = SpecDecStats(iterations=10, tokens=16)

@@ -19,8 +19,9 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from nmt_specdec.generator import SpecDecGenerator, SpecDecOptions
-from nmt_specdec.stats import oracle_tokens_per_iteration
+from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.stats import oracle_tokens_per_iteration
 from tests.helpers.specdec_toy import (
     OracleDrafter,
     PadDrafter,

@@ -64,7 +64,8 @@ def backends(shipped):
 
 
 def _generator(model, task, k, backend=None):
-    from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 
     rules = LengthRules.from_generation_args(
         argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
@@ -94,7 +95,7 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     # That moves logits of magnitude ~10 by ~1e-6; 1e-4 is still far below the
     # top-1/top-2 gaps that decide a token and below int8's error (~1e-2).
     from nmt_specdec.decoding.backends.torch import TorchBackend
-    from nmt_specdec.drafters import DraftRequest
+    from nmt_specdec.decoding.drafters import DraftRequest
 
     model, task, sources = shipped
     batch = _first_batch(task, sources, 4)["net_input"]

@@ -107,7 +107,8 @@ def _length_args():
 def test_beta1_equals_fairseq_greedy_up_to_near_ties(model_and_task, test_sources, batch_size):
     from fairseq.sequence_generator import SequenceGenerator
 
-    from nmt_specdec.generator import LengthRules, SpecDecGenerator, SpecDecOptions
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 
     model, task = model_and_task
     stock = SequenceGenerator([model], task.target_dictionary, beam_size=1, **_length_args())

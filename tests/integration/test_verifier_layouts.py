@@ -6,8 +6,9 @@ teacher-forced through fairseq's decoder and through
 
 * the lean pass (:class:`LeanVerifier`, what SpecDec and K=0 decode with), fed
   in two blocks over its cache, and
-* the fixed-shape replay's pass (:func:`nmt_specdec.verifier.verify_block`,
-  what ``--deterministic`` decodes with), also in two blocks;
+* the fixed-shape replay's pass (:func:`verify_block` of
+  :mod:`nmt_specdec.decoding.backends.torch.replay_pass`, what ``--deterministic``
+  decodes with), also in two blocks;
 
 the logits (log-probabilities for the replay) must agree within ``ATOL``.
 
@@ -33,9 +34,9 @@ from typing import Sequence
 import pytest
 import torch
 
-from nmt_specdec.decoding.verifier_pass import LeanVerifier
+from nmt_specdec.decoding.backends.torch.replay_pass import KVCache, verify_block
+from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 from nmt_specdec.errors import UserError
-from nmt_specdec.verifier import KVCache, verify_block
 from tests.helpers.specdec_toy import TOY_SYMBOLS, source_batch
 
 ATOL = 1e-4
@@ -187,8 +188,8 @@ def test_tolerance_catches_a_layout_mistake(workdir):
 
 @pytest.mark.parametrize("option", list(REFUSED), ids=list(REFUSED))
 def test_unimplemented_options_are_refused_at_build_time(workdir, option):
+    from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
-    from nmt_specdec.generator import SpecDecGenerator
 
     task, model = build_model(workdir, REFUSED[option])
     with pytest.raises(UserError, match=option) as err:
@@ -200,8 +201,8 @@ def test_unimplemented_options_are_refused_at_build_time(workdir, option):
 def test_attention_extras_are_refused(workdir, option):
     from fairseq.modules import MultiheadAttention
 
-    from nmt_specdec.determinism import FixedShapeReplay
     from nmt_specdec.decoding.options import LengthRules
+    from nmt_specdec.determinism import FixedShapeReplay
 
     task, model = build_model(workdir, ())
     layer = model.decoder.layers[1]

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from nmt_specdec.acceptance import (
+from nmt_specdec.decoding.acceptance import (
     Acceptance,
     accept_drafts,
     commit_tokens,

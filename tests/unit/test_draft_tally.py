@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from nmt_specdec.acceptance import Acceptance, commit_tokens, drafts_before_eos
+from nmt_specdec.decoding.acceptance import Acceptance, commit_tokens, drafts_before_eos
 from nmt_specdec.decoding.loop import tally_trace
-from nmt_specdec.stats import SpecDecStats
+from nmt_specdec.decoding.stats import SpecDecStats
 
 EOS, PAD = 2, 1
 

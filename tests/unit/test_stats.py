@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt_specdec.stats import SpecDecStats
+from nmt_specdec.decoding.stats import SpecDecStats
 
 
 def test_empty_stats():

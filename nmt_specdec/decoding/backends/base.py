@@ -8,7 +8,7 @@ cache bookkeeping are shared by every backend. A backend only runs the model:
 - ``verifier().verify``: N new inputs per row against the self-attention cache
   and the encoder memory -> (B, N, C) states and (B, N, V) logits; the new
   keys/values land in the shared :class:`~nmt_specdec.decoding.cache.StaticKVCache`;
-- ``drafter``: the NAR draft head as a :class:`~nmt_specdec.drafters.Drafter`.
+- ``drafter``: the NAR draft head as a :class:`~nmt_specdec.decoding.drafters.Drafter`.
 
 ``calls`` counts the runtime calls each makes (one per pass), so that the
 iteration-cost benchmark can report calls per iteration.
@@ -96,5 +96,5 @@ class Backend:
         raise NotImplementedError
 
     def drafter(self, pad: int):
-        """A :class:`~nmt_specdec.drafters.Drafter` running the model's draft head."""
+        """A :class:`~nmt_specdec.decoding.drafters.Drafter` running the model's draft head."""
         raise NotImplementedError

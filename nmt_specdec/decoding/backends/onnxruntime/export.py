@@ -41,8 +41,8 @@ from nmt_specdec.decoding.backends.onnxruntime.graphs import (
     kv_names,
     lean_encoder_layers,
 )
-from nmt_specdec.decoding.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.verifier_pass import LeanVerifier
+from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ Every verified position j of a row yields the token the verifier would commit
 there (its top-1, pad excluded) and the state that predicted it: exactly the
 anchor the draft head reads when acceptance stops at j. The fused graph drafts
 K tokens after each of the N anchors (N blocks per row), so once acceptance has
-chosen j the next iteration's drafts are already there: :class:`FusedDrafter`
+chosen j the next iteration's drafts are already there: :class:`~.session.FusedDrafter`
 picks row j of the (B, N, K) drafts. Where the committed token is not the
 graph's anchor (a length or unk constraint changed the verifier's choice) or K
 changed (``--spec-k auto``), it runs the draft graph as usual. The encoder call
@@ -19,8 +19,6 @@ Shapes: B rows, N verified positions, K draft slots, C model dim, V vocabulary.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 from torch import Tensor, nn
 
@@ -29,10 +27,8 @@ from nmt_specdec.decoding.backends.onnxruntime.graphs import (
     VerifyGraph,
     arange_like,
 )
-from nmt_specdec.decoding.backends.onnxruntime.session import OrtDrafter
-from nmt_specdec.decoding.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.verifier_pass import LeanVerifier
-from nmt_specdec.drafters import DraftRequest
+from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 
 
 class FusedVerifyGraph(nn.Module):
@@ -88,39 +84,3 @@ class FusedEncoderGraph(nn.Module):
         drafts = self.draft.drafts(states, first + self.bos, first, slot_offsets.size(0) - 1,
                                    memory[0], memory[1 + 2 * self.layers:])
         return (*memory, drafts)
-
-
-class FusedDrafter(OrtDrafter):
-    """Takes its drafts from the last fused verify call where it can."""
-
-    def __init__(self, start_state: Tensor, backend):
-        super().__init__(start_state, backend)
-        self.k = 0  # the K of the last proposal: the fused graph drafts that many
-        self.pending: Optional[Tuple[Tensor, Tensor, Tensor]] = None
-
-    def start_batch(self, sample: dict, encoder_out) -> None:
-        super().start_batch(sample, encoder_out)
-        self.pending = self.backend.first_drafts  # from the encoder call, if any
-        self.backend.fused_drafter = self  # the verifier drafts for this generator now
-
-    def keep_rows(self, rows: Tensor) -> None:
-        super().keep_rows(rows)
-        if self.pending is not None:
-            self.pending = tuple(t.index_select(0, rows) for t in self.pending)  # type: ignore
-
-    def offer(self, drafts: Tensor, anchors: Tensor, start: Tensor) -> None:
-        """From the fused call: (B, N, K) drafts, (B, N) anchors, (B,) first position."""
-        self.pending = (drafts, anchors, start)
-
-    def propose(self, request: DraftRequest) -> Tensor:
-        self.k = self.backend.expected_k = request.num_slots
-        pending, self.pending = self.pending, None
-        if pending is not None and pending[0].size(2) == request.num_slots:
-            drafts, anchors, start = pending
-            last = request.lengths - 1  # (B,) position of the committed token
-            chosen = (last - 1 - start).view(-1, 1)  # (B, 1) verified position that predicted it
-            committed = request.prefix.gather(1, last.unsqueeze(1))  # (B, 1)
-            if bool(anchors.gather(1, chosen).eq(committed).all()):
-                index = chosen.unsqueeze(2).expand(-1, 1, drafts.size(2))
-                return drafts.gather(1, index).squeeze(1)  # (B, K)
-        return super().propose(request)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import weakref
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -24,9 +24,9 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
 from nmt_specdec.decoding.backends.onnxruntime import export
+from nmt_specdec.decoding.backends.torch.layers import weights_key
 from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.layers import weights_key
-from nmt_specdec.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.errors import UserError
 
 _NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
@@ -220,6 +220,43 @@ class OrtDrafter(Drafter):
         return drafts
 
 
+class FusedDrafter(OrtDrafter):
+    """Takes its drafts from the last fused verify call where it can (``--fused-draft``,
+    see :mod:`.fused`)."""
+
+    def __init__(self, start_state: Tensor, backend):
+        super().__init__(start_state, backend)
+        self.k = 0  # the K of the last proposal: the fused graph drafts that many
+        self.pending: Optional[Tuple[Tensor, Tensor, Tensor]] = None
+
+    def start_batch(self, sample: dict, encoder_out) -> None:
+        super().start_batch(sample, encoder_out)
+        self.pending = self.backend.first_drafts  # from the encoder call, if any
+        self.backend.fused_drafter = self  # the verifier drafts for this generator now
+
+    def keep_rows(self, rows: Tensor) -> None:
+        super().keep_rows(rows)
+        if self.pending is not None:
+            self.pending = tuple(t.index_select(0, rows) for t in self.pending)  # type: ignore
+
+    def offer(self, drafts: Tensor, anchors: Tensor, start: Tensor) -> None:
+        """From the fused call: (B, N, K) drafts, (B, N) anchors, (B,) first position."""
+        self.pending = (drafts, anchors, start)
+
+    def propose(self, request: DraftRequest) -> Tensor:
+        self.k = self.backend.expected_k = request.num_slots
+        pending, self.pending = self.pending, None
+        if pending is not None and pending[0].size(2) == request.num_slots:
+            drafts, anchors, start = pending
+            last = request.lengths - 1  # (B,) position of the committed token
+            chosen = (last - 1 - start).view(-1, 1)  # (B, 1) verified position that predicted it
+            committed = request.prefix.gather(1, last.unsqueeze(1))  # (B, 1)
+            if bool(anchors.gather(1, chosen).eq(committed).all()):
+                index = chosen.unsqueeze(2).expand(-1, 1, drafts.size(2))
+                return drafts.gather(1, index).squeeze(1)  # (B, K)
+        return super().propose(request)
+
+
 class OrtBackend(Backend):
     """The model exported to ONNX (cached), run by ONNX Runtime on the CPU.
 
@@ -318,7 +355,5 @@ class OrtBackend(Backend):
             raise UserError("--spec-k > 0 needs a model with a draft head")
         start = self.model.draft_head.start_state.detach().clone()
         if self.fused_session is not None:
-            from nmt_specdec.decoding.backends.onnxruntime.fused import FusedDrafter
-
             return FusedDrafter(start, self)
         return OrtDrafter(start, self)

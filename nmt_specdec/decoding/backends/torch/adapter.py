@@ -1,8 +1,8 @@
 """Eager PyTorch model calls: a thin adapter over the lean passes (the GPU path).
 
-:class:`~nmt_specdec.decoding.verifier_pass.LeanVerifier` and
-:class:`~nmt_specdec.drafters.DraftHeadDrafter` stay where they are; this module
-only puts them behind :class:`~nmt_specdec.decoding.backends.base.Backend`.
+:class:`~.verifier_pass.LeanVerifier` and :class:`~.draft_pass.LeanDraftHead` do
+the arithmetic; this module only puts them behind
+:class:`~nmt_specdec.decoding.backends.base.Backend` and counts the calls.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import List, Optional
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
+from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.backends.torch.layers import CrossKV, weights_key
+from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, LeanVerifier
 from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.layers import CrossKV, weights_key
-from nmt_specdec.decoding.verifier_pass import EncoderOut, LeanVerifier
-from nmt_specdec.drafters import DraftHeadDrafter, DraftRequest
+from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 
 
 class TorchVerifier(VerifierCalls):
@@ -49,14 +50,32 @@ class TorchVerifier(VerifierCalls):
         return self.lean.logits(hidden)
 
 
-class _CountingDrafter(DraftHeadDrafter):
+class DraftHeadDrafter(Drafter):
+    """Greedy drafts from the model's NAR draft head (one lean pass per iteration)."""
+
     def __init__(self, draft_head: nn.Module, pad: int, backend: Backend):
-        super().__init__(draft_head, pad)
+        self.draft_head, self.pad = draft_head, pad
+        self.lean = LeanDraftHead(draft_head, pad)
+        self._key = weights_key(draft_head)
         self._backend = backend
+
+    def start_batch(self, sample: dict, encoder_out: EncoderOut) -> None:
+        key = weights_key(self.draft_head)
+        if key != self._key:  # trained or moved since: re-read the weights
+            self.lean, self._key = LeanDraftHead(self.draft_head, self.pad), key
+        self.lean.start_batch(encoder_out)
+
+    def keep_rows(self, rows: Tensor) -> None:
+        self.lean.keep_rows(rows)
+
+    def start_states(self, batch: int, like: Tensor) -> Tensor:
+        return self.lean.start_states(batch).to(like)
 
     def propose(self, request: DraftRequest) -> Tensor:
         self._backend.calls["draft"] += 1
-        return super().propose(request)
+        last = request.lengths - 1  # (B,) position of the last committed token
+        last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)
+        return self.lean.propose(request.states, last_tokens, last, request.num_slots)
 
 
 class TorchBackend(Backend):
@@ -85,4 +104,4 @@ class TorchBackend(Backend):
         return self._verifier
 
     def drafter(self, pad: int) -> DraftHeadDrafter:
-        return _CountingDrafter(self.model.draft_head, pad, self)
+        return DraftHeadDrafter(self.model.draft_head, pad, self)

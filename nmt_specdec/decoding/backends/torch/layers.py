@@ -82,7 +82,7 @@ def affine(x: Tensor, bias_weight: Tuple[Tensor, Tensor]) -> Tensor:
 def layer_weights(layer: nn.Module) -> LayerWeights:
     """Reads a fairseq ``TransformerDecoderLayerBase`` (with encoder attention).
 
-    The layer's options must have passed :func:`.layout.check_supported`.
+    The layer's options must have passed :func:`nmt_specdec.decoding.layout.check_supported`.
     """
     attn, cross = layer.self_attn, layer.encoder_attn
     return LayerWeights(

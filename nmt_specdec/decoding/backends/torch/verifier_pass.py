@@ -2,7 +2,7 @@
 
 One pass scores N new inputs per row against the pre-allocated cache and
 returns hidden states, not probabilities: the loop projects onto the
-vocabulary only at the positions whose scores it uses (:mod:`.scoring`).
+vocabulary only at the positions whose scores it uses (:mod:`nmt_specdec.decoding.scoring`).
 
 Shapes: B rows, N new positions, C model dim, V vocabulary, S source.
 """
@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.layers import (
+from nmt_specdec.decoding.backends.torch.layers import (
     CrossKV,
     SelfAttention,
     cross_kv,
@@ -24,8 +23,9 @@ from nmt_specdec.decoding.layers import (
     layer_pass,
     layer_weights,
 )
+from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.layout import check_supported
-from nmt_specdec.positions import PositionTable
+from nmt_specdec.decoding.positions import PositionTable
 
 EncoderOut = Dict[str, List[Tensor]]
 

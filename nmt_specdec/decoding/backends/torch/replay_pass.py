@@ -1,5 +1,8 @@
-"""Model calls of the verifier: one KV-cached pass over several new positions.
+"""The fixed-shape replay's verifier pass (``--deterministic``, :mod:`nmt_specdec.determinism`):
+one pass over several new positions on fairseq's own incremental state.
 
+Not part of the :class:`~nmt_specdec.decoding.backends.base.Backend` interface
+(the replay always runs in torch), so a new backend does not provide it.
 fairseq's incremental decoder scores exactly one new token per call, and its
 incremental state can be reordered but not cropped. Spec-Verify needs to score
 the last committed token plus K drafts in one pass and then roll the cache back
@@ -18,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.positions import embed_positions_at
-from nmt_specdec.ragged import CacheCompaction
+from nmt_specdec.decoding.positions import embed_positions_at
+from nmt_specdec.decoding.ragged import CacheCompaction
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 

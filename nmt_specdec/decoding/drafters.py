@@ -9,13 +9,9 @@ Shapes: B active rows, T buffer width, K draft slots, C model dim.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from torch import Tensor
-
-from nmt_specdec.decoding.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.layers import weights_key
-from nmt_specdec.decoding.verifier_pass import EncoderOut
 
 
 class DraftRequest(NamedTuple):
@@ -45,7 +41,7 @@ class Drafter:
         """Returns (B, K) long draft tokens."""
         raise NotImplementedError
 
-    def start_batch(self, sample: dict, encoder_out: EncoderOut) -> None:
+    def start_batch(self, sample: dict, encoder_out: Any) -> None:
         """Called once per batch before drafting; default: nothing to prepare."""
 
     def keep_rows(self, rows: Tensor) -> None:
@@ -55,28 +51,3 @@ class Drafter:
         """(B, C) state that stands for the verifier's before the first token."""
         return like.new_zeros(batch, like.size(-1))
 
-
-class DraftHeadDrafter(Drafter):
-    """Greedy drafts from the model's NAR draft head (one lean pass per iteration)."""
-
-    def __init__(self, draft_head, pad: int):
-        self.draft_head, self.pad = draft_head, pad
-        self.lean = LeanDraftHead(draft_head, pad)
-        self._key = weights_key(draft_head)
-
-    def start_batch(self, sample: dict, encoder_out: EncoderOut) -> None:
-        key = weights_key(self.draft_head)
-        if key != self._key:  # trained or moved since: re-read the weights
-            self.lean, self._key = LeanDraftHead(self.draft_head, self.pad), key
-        self.lean.start_batch(encoder_out)
-
-    def keep_rows(self, rows: Tensor) -> None:
-        self.lean.keep_rows(rows)
-
-    def start_states(self, batch: int, like: Tensor) -> Tensor:
-        return self.lean.start_states(batch).to(like)
-
-    def propose(self, request: DraftRequest) -> Tensor:
-        last = request.lengths - 1  # (B,) position of the last committed token
-        last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)
-        return self.lean.propose(request.states, last_tokens, last, request.num_slots)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt_specdec.decoding.layers import (
+from nmt_specdec.decoding.backends.torch.layers import (
     CrossKV,
     SelfAttention,
     cross_kv,
@@ -23,9 +23,9 @@ from nmt_specdec.decoding.layers import (
     layer_pass,
     layer_weights,
 )
-from nmt_specdec.decoding.verifier_pass import EncoderOut, encoder_memory
+from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, encoder_memory
+from nmt_specdec.decoding.positions import PositionTable
 from nmt_specdec.draft_head import DraftHead
-from nmt_specdec.positions import PositionTable
 
 
 def _no_cache(layer: int, key: Tensor, value: Tensor):
