@@ -225,11 +225,27 @@ def _engine_greedy_for(run: Run, engine_greedy: Dict[Tuple, Run]) -> Optional[Ru
 
 
 def _greedy_mismatches(model, task, runs: List[Run], testset: TestSet) -> List[dict]:
-    """Logit gaps where a beta=1 SpecDec row differs from stock greedy (near-ties)."""
+    """Logit gaps where a beta=1 SpecDec row differs from stock greedy (near-ties).
+
+    An int8 verifier is another model: its beta=1 rows must equal *its* greedy
+    (the int8 engine greedy row of the same backend and batch size), and their
+    differences from fp32 stock greedy are quantization, counted in the table's
+    ``!= greedy`` column, not logit gaps of the fp32 model.
+    """
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
+    int8_greedy = {(run.batch_size, run.spec.backend): run for run in runs
+                   if run.spec.kind == "specdec" and run.spec.k == 0 and run.spec.int8}
     found = []
     for run in runs:
         if run.spec.kind != "specdec" or run.spec.beta != 1:
+            continue
+        if run.spec.int8:
+            reference = int8_greedy.get((run.batch_size, run.spec.backend))
+            if reference is not None and reference is not run:
+                differs = metrics.count_differences(run.outputs, reference.outputs)
+                if differs:
+                    found.append({"decoder": run.spec.name, "batch_size": run.batch_size,
+                                  "int8_reference": reference.spec.name, "differs": differs})
             continue
         for gap in mismatch.logit_gaps(model, testset.sources,
                                        baselines[run.batch_size].outputs, run.outputs,

@@ -79,7 +79,7 @@ class QuickstartConfig:
     relaxed_beta: int = 3
     relaxed_tau: float = 2.0
     ding_file: Path | None = None
-    repeats: int = 3
+    repeats: int = 5
     corpus: str = "ding"
     deb_dir: Path | None = None
     train: bool = False

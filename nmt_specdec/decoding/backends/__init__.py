@@ -30,7 +30,7 @@ from nmt_specdec.errors import UserError
 BACKENDS = ("auto", "torch", "onnxruntime")  # the --backend choices
 # What `auto` runs on the CPU: the fastest backend by the benchmarks (README).
 # A GPU model always gets `torch`.
-CPU_BACKEND = "torch"
+CPU_BACKEND = "onnxruntime"
 DEFAULT_BACKEND = "auto"
 
 
