@@ -142,7 +142,7 @@ def _notes(cfg: DingConfig) -> list[str]:
         f"{cfg.sentence_min_words} words on both sides; training pairs sharing a "
         "German or English text with valid/test (ignoring case and punctuation) are "
         "removed.",
-        _vocab_note(cfg),
+        spm.vocab_note(cfg.given_vocab(), cfg.vocab_size),
     ]
 
 
@@ -216,16 +216,3 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     setup_logging(verbose=not args.pop("quiet"))
     return report_user_errors(lambda: run(DingConfig(**args)))
-
-
-def _vocab_note(cfg) -> str:
-    """The data card's sentence on where the vocabulary came from."""
-    vocab = cfg.given_vocab()
-    if vocab is None:
-        return (f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, "
-                "trained on train.de + train.en; binarized with fairseq-preprocess "
-                "--joined-dictionary.")
-    return (f"Vocabulary of an existing model: SentencePiece `{vocab.spm_model}` and "
-            f"dictionaries `{vocab.src_dict}` / `{vocab.tgt_dict}` (sha256 in "
-            "`.stamps/spm.json`, `.stamps/binarize.json`); binarized with "
-            "fairseq-preprocess --srcdict.")

@@ -286,7 +286,7 @@ def _notes(cfg: GettextConfig) -> list[str]:
         "training. Exact duplicate pairs are removed per split; test pairs sharing "
         "a text with valid and training pairs sharing one with valid/test "
         "(ignoring case and punctuation) are removed.",
-        _vocab_note(cfg),
+        spm.vocab_note(cfg.given_vocab(), cfg.vocab_size),
     ]
 
 
@@ -377,16 +377,3 @@ def _read_heldout(args: dict) -> dict:
         raise RecipeError(f"--heldout-from {path}: {exc}") from None
     data = data.get("gettext_heldout", data)
     return {**args, "heldout": {k: list(v) for k, v in data.items()}}
-
-
-def _vocab_note(cfg) -> str:
-    """The data card's sentence on where the vocabulary came from."""
-    vocab = cfg.given_vocab()
-    if vocab is None:
-        return (f"Joint SentencePiece unigram model, vocabulary {cfg.vocab_size}, "
-                "trained on train.de + train.en; binarized with fairseq-preprocess "
-                "--joined-dictionary.")
-    return (f"Vocabulary of an existing model: SentencePiece `{vocab.spm_model}` and "
-            f"dictionaries `{vocab.src_dict}` / `{vocab.tgt_dict}` (sha256 in "
-            "`.stamps/spm.json`, `.stamps/binarize.json`); binarized with "
-            "fairseq-preprocess --srcdict.")

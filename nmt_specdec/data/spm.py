@@ -294,6 +294,18 @@ class GivenVocab:
                 "tgt_dict": _sha256(self.tgt_dict)}
 
 
+def vocab_note(vocab: GivenVocab | None, vocab_size: int) -> str:
+    """A data card's sentence on where the vocabulary came from."""
+    if vocab is None:
+        return (f"Joint SentencePiece unigram model, vocabulary {vocab_size}, "
+                "trained on train.de + train.en; binarized with fairseq-preprocess "
+                "--joined-dictionary.")
+    return (f"Vocabulary of an existing model: SentencePiece `{vocab.spm_model}` and "
+            f"dictionaries `{vocab.src_dict}` / `{vocab.tgt_dict}` (sha256 in "
+            "`.stamps/spm.json`, `.stamps/binarize.json`); binarized with "
+            "fairseq-preprocess --srcdict.")
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

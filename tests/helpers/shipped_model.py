@@ -67,3 +67,15 @@ def encoded_split(out: Path, count: int, task) -> List[torch.Tensor]:
     return [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
                                                add_if_not_exist=False)
             for line in split_lines(out, count)]
+
+
+def decode_all(generator, model, task, sources, batch_size: int) -> List[List[int]]:
+    """Decode encoded ``sources`` in batches of ``batch_size``; token lists in input order."""
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    outputs = {}
+    for start in range(0, len(sources), batch_size):
+        batch = dataset.collater([dataset[i] for i in range(start, min(start + batch_size,
+                                                                       len(sources)))])
+        for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
+            outputs[i] = hyps[0]["tokens"].tolist()
+    return [outputs[i] for i in range(len(sources))]

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from nmt_specdec.errors import UserError
-from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, load_model
+from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, decode_all, load_model
 
 pytest.importorskip("onnxruntime")
 
@@ -72,16 +72,6 @@ def _generator(model, task, k, backend=None):
     return SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules,
                             backend=backend)
 
-
-def _decode(generator, model, task, sources, batch_size):
-    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
-    outputs = {}
-    for start in range(0, len(sources), batch_size):
-        batch = dataset.collater([dataset[i] for i in range(start, min(start + batch_size,
-                                                                       len(sources)))])
-        for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
-            outputs[i] = hyps[0]["tokens"].tolist()
-    return [outputs[i] for i in range(len(sources))]
 
 
 def _first_batch(task, sources, size):
@@ -132,9 +122,9 @@ def test_passes_equal_the_torch_passes(shipped, backends):
 def test_beta1_equals_greedy_on_the_same_backend(shipped, backends, int8, batch_size):
     model, task, sources = shipped
     backend = backends[int8]
-    greedy = _decode(_generator(model, task, 0, backend), model, task, sources, batch_size)
+    greedy = decode_all(_generator(model, task, 0, backend), model, task, sources, batch_size)
     spec = _generator(model, task, SETTINGS["k"], backend)
-    drafted = _decode(spec, model, task, sources, batch_size)
+    drafted = decode_all(spec, model, task, sources, batch_size)
     same = sum(a == b for a, b in zip(greedy, drafted))
     # fp32: every sentence. int8: a row's scores do not depend on the other rows
     # or positions (per-row activation quantization, see quantize.py), but float
@@ -156,7 +146,7 @@ def test_fused_draft_gives_the_same_drafts_in_fewer_calls(shipped, int8):
         backend = make_backend("onnxruntime", model, task.target_dictionary, int8, fused)
         before = backend.calls["draft"]
         spec = _generator(model, task, SETTINGS["k"], backend)
-        runs[fused] = (_decode(spec, model, task, sources, 8), spec.stats,
+        runs[fused] = (decode_all(spec, model, task, sources, 8), spec.stats,
                        backend.calls["draft"] - before)
     (plain, plain_stats, plain_calls), (fused, fused_stats, fused_calls) = runs.values()
     assert fused == plain
@@ -170,8 +160,8 @@ def test_fp32_onnxruntime_equals_stock_greedy(shipped, backends):
 
     model, task, sources = shipped
     stock = SequenceGenerator([model], task.target_dictionary, beam_size=1, **LENGTHS)
-    greedy = _decode(stock, model, task, sources, 8)
-    drafted = _decode(_generator(model, task, SETTINGS["k"], backends[False]), model, task,
+    greedy = decode_all(stock, model, task, sources, 8)
+    drafted = decode_all(_generator(model, task, SETTINGS["k"], backends[False]), model, task,
                       sources, 8)
     same = sum(a == b for a, b in zip(greedy, drafted))
     assert same >= 0.99 * len(greedy), f"{len(greedy) - same} sentences differ"
@@ -179,7 +169,7 @@ def test_fp32_onnxruntime_equals_stock_greedy(shipped, backends):
 
 def test_int8_stays_close_to_fp32(shipped, backends):
     model, task, sources = shipped
-    fp32, int8 = (_decode(_generator(model, task, 0, backends[q]), model, task, sources, 8)
+    fp32, int8 = (decode_all(_generator(model, task, 0, backends[q]), model, task, sources, 8)
                   for q in (False, True))
     assert sum(a == b for a, b in zip(fp32, int8)) >= 0.8 * len(fp32)
     assert backends[True].directory.name == "int8"

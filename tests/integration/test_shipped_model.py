@@ -27,7 +27,13 @@ from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP, logit_gaps
 from nmt_specdec.shipping import save_compact, sha256
 from nmt_specdec.workflows import quickstart_pretrained
 from nmt_specdec.workflows.quickstart_pretrained import EXAMPLES, translate_examples
-from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, encoded_split, load_model
+from tests.helpers.shipped_model import (
+    MODEL_DIR,
+    SETTINGS,
+    decode_all,
+    encoded_split,
+    load_model,
+)
 
 SENTENCES = 200
 DETERMINISTIC_SENTENCES = 100
@@ -87,16 +93,6 @@ def test_sources(tmp_path_factory, model_and_task):
     return encoded_split(tmp_path_factory.mktemp("shipped_data"), SENTENCES, task)
 
 
-def _decode(generator, model, task, sources, batch_size):
-    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
-    outputs = {}
-    for start in range(0, len(sources), batch_size):
-        batch = dataset.collater([dataset[i] for i in range(start, min(start + batch_size,
-                                                                       len(sources)))])
-        for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
-            outputs[i] = hyps[0]["tokens"].tolist()
-    return [outputs[i] for i in range(len(sources))]
-
 
 def _length_args():
     return dict(max_len_a=SETTINGS["max_len_a"], max_len_b=SETTINGS["max_len_b"])
@@ -116,8 +112,8 @@ def test_beta1_equals_fairseq_greedy_up_to_near_ties(model_and_task, test_source
         argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **_length_args()), model)
     spec = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=SETTINGS["k"]),
                             rules)
-    greedy = _decode(stock, model, task, test_sources, batch_size)
-    drafted = _decode(spec, model, task, test_sources, batch_size)
+    greedy = decode_all(stock, model, task, test_sources, batch_size)
+    drafted = decode_all(spec, model, task, test_sources, batch_size)
     differ = [i for i, (a, b) in enumerate(zip(greedy, drafted)) if a != b]
     gaps = logit_gaps(model, test_sources, dict(enumerate(greedy)), dict(enumerate(drafted)),
                       task.target_dictionary.eos(), limit=len(test_sources))
@@ -148,7 +144,7 @@ def test_deterministic_mode_gives_the_same_bytes_at_any_batch_size(model_and_tas
     assert type(generator).__name__ == "DeterministicGenerator"
     digests = {}
     for batch_size in (1, 7, 32):
-        outputs = _decode(generator, model, task, sources, batch_size)
+        outputs = decode_all(generator, model, task, sources, batch_size)
         text = "\n".join(task.target_dictionary.string(torch.tensor(t)) for t in outputs)
         digests[batch_size] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     assert len(set(digests.values())) == 1, digests
