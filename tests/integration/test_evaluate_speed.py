@@ -121,7 +121,10 @@ def _config(toy: dict, out: str, **changes):
                   data=str(toy["data"]), source_lang="src", target_lang="tgt",
                   spm_model=str(toy["spm"]), beams=(1, 2), max_len_a=1.0, max_len_b=4,
                   grid_k=(4,), grid_beta=(1, 3), grid_tau=(1.0,), batch_sizes=(1, 4),
-                  repeats=2, warmup_batches=1, progress=False)
+                  repeats=2, warmup_batches=1, progress=False,
+                  # the evaluation's logic on the torch engine; onnxruntime rows are
+                  # tested in test_onnx_backend.py (the CPU default would add a suffix)
+                  backends=("torch",))
     values.update(changes)
     return toy["script"].EvalConfig(**values)
 
@@ -235,7 +238,7 @@ def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) ->
             "--max-sentences", "6",
             "--beams", "1", "--grid-k", "2", "--grid-beta", "1", "--batch-sizes", "3",
             "--max-len-a", "1", "--max-len-b", "4", "--repeats", "1", "--threads", "1",
-            "--no-progress", "--out", str(out)]
+            "--backend", "torch", "--no-progress", "--out", str(out)]
     assert toy["script"].main(argv) == 0
     printed = capsys.readouterr().out
     assert "| 3 | stock greedy |" in printed and "| 3 | SpecDec K=2 β=1" in printed

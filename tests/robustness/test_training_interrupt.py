@@ -82,8 +82,11 @@ def _train(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     records: Dict[int, dict] = {}
     tail = []
+    # A shell starts background jobs with SIGINT ignored, and children inherit
+    # that: give fairseq-train the default disposition so that SIGINT reaches it.
     with subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
