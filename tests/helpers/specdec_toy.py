@@ -49,6 +49,19 @@ RANDOM_MODEL_ARGS: Tuple[str, ...] = (
 )
 
 
+def write_toy_dictionaries(workdir: Path):
+    """The toy dictionary, saved as ``dict.src.txt`` and ``dict.tgt.txt`` in ``workdir``."""
+    from fairseq.data import Dictionary
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    dictionary = Dictionary()
+    for symbol in TOY_SYMBOLS:
+        dictionary.add_symbol(symbol)
+    for side in ("src", "tgt"):
+        dictionary.save(str(workdir / f"dict.{side}.txt"))
+    return dictionary
+
+
 def random_specdec_model(workdir: Path, *, seed: int = 2, eos_boost: float = 0.5,
                          extra_args: Sequence[str] = ()):
     """A random-weight ``specdec_transformer`` (d=32, 2+2 layers) and its task.
@@ -68,15 +81,8 @@ def random_specdec_model(workdir: Path, *, seed: int = 2, eos_boost: float = 0.5
     """
     import fairseq_plugins  # noqa: F401  (registers the task and model)
     from fairseq import options, tasks
-    from fairseq.data import Dictionary
 
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    dictionary = Dictionary()
-    for symbol in TOY_SYMBOLS:
-        dictionary.add_symbol(symbol)
-    for side in ("src", "tgt"):
-        dictionary.save(str(workdir / f"dict.{side}.txt"))
+    dictionary = write_toy_dictionaries(Path(workdir))
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
         str(workdir), "--task", "translation_specdec", "-s", "src", "-t", "tgt",

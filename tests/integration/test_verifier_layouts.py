@@ -37,7 +37,7 @@ import torch
 from nmt_specdec.decoding.backends.torch.replay_pass import KVCache, verify_block
 from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 from nmt_specdec.errors import UserError
-from tests.helpers.specdec_toy import TOY_SYMBOLS, source_batch
+from tests.helpers.specdec_toy import source_batch, write_toy_dictionaries
 
 ATOL = 1e-4
 DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
@@ -77,14 +77,8 @@ def build_model(workdir: Path, flags: Sequence[str], seed: int = 0):
     """A random stock ``transformer`` with ``flags``, every parameter perturbed so
     that LayerNorm gains/biases and positions all matter; eval mode."""
     from fairseq import options, tasks
-    from fairseq.data import Dictionary
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    dictionary = Dictionary()
-    for symbol in TOY_SYMBOLS:
-        dictionary.add_symbol(symbol)
-    for side in ("src", "tgt"):
-        dictionary.save(str(workdir / f"dict.{side}.txt"))
+    write_toy_dictionaries(workdir)
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
         str(workdir), "--task", "translation", "-s", "src", "-t", "tgt",
