@@ -117,6 +117,35 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     assert torch.equal(ort_drafts, torch_drafts)
 
 
+def test_kept_bindings_read_what_lies_there_now(shipped, backends):
+    # The session re-binds a name only when its address, shape or type changed:
+    # new contents at the same address must still be read, and a new shape bound.
+    from nmt_specdec.decoding.backends.torch import TorchBackend
+
+    model, task, sources = shipped
+    batch = _first_batch(task, sources, 2)["net_input"]
+    calls = []
+    for backend in (TorchBackend(model), backends[False]):
+        verifier = backend.verifier()
+        cross = verifier.cross_states(backend.encode(batch))
+        cache = verifier.new_cache(2, 12)
+        tokens, start = torch.tensor([[2, 10], [2, 30]]), torch.zeros(2, dtype=torch.long)
+        results = []
+        for contents in ([[2, 10], [2, 30]], [[2, 40], [2, 50]]):  # same tensor, new values
+            tokens.copy_(torch.tensor(contents))
+            results.append(verifier.verify(tokens, start, 0, cache, cross, True).logits.clone())
+        other = torch.tensor([[2, 70], [2, 71]])  # the same shape at another address
+        results.append(verifier.verify(other, start, 0, cache, cross, True).logits.clone())
+        wider = torch.tensor([[60, 61, 62], [63, 64, 65]])  # a new shape
+        results.append(verifier.verify(wider, torch.full((2,), 2), 2, cache, cross,
+                                       True).logits.clone())
+        calls.append(results)
+    assert not torch.allclose(calls[1][0], calls[1][1])
+    assert not torch.allclose(calls[1][1], calls[1][2])
+    for ours, theirs in zip(calls[1], calls[0]):
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_beta1_equals_greedy_on_the_same_backend(shipped, backends, int8, batch_size):

@@ -67,7 +67,10 @@ class Memory(NamedTuple):
 class GraphSession:
     """One graph: positional torch inputs in, preallocated torch outputs filled.
 
-    One ``IOBinding`` is kept and re-bound by name at each call. Binding goes
+    One ``IOBinding`` is kept; a name is re-bound only when its tensor's address,
+    shape or type changed since the last call (the cache, the encoder memory and
+    the output buffers stay put for a whole batch, so a warm step re-binds only
+    the few inputs that move, ~5 us saved per binding). Binding goes
     through the pybind object directly when this onnxruntime has it (the public
     wrapper builds an ``OrtDevice`` per bound tensor, a few microseconds each,
     ~20 per verify call); otherwise through the public API.
@@ -87,6 +90,7 @@ class GraphSession:
         # fairseq's int32 lengths etc. are cast to what the graph declares.
         self.input_types = [_TORCH[i.type] for i in self.session.get_inputs()]
         self.binding = self.session.io_binding()
+        self._bound: Dict[str, tuple] = {}  # name -> (address, shape, dtype) bound now
         self._fast = None
         try:  # (pybind binding, C device, pybind session)
             device = ort.OrtDevice.make("cpu", 0)._get_c_device()
@@ -116,6 +120,12 @@ class GraphSession:
         # An empty tensor has no data pointer, which binding refuses; any valid
         # address serves for zero elements.
         pointer = tensor.data_ptr() or _EMPTY.data_ptr()
+        # The same address, shape and type is the same binding: whatever tensor
+        # lies there now, the runtime reads (or writes) the right memory.
+        key = (pointer, shape, dtype)
+        if self._bound.get(name) == key:
+            return
+        self._bound[name] = key
         if self._fast is not None:
             binding, device, _ = self._fast
             bind = binding.bind_input if is_input else binding.bind_output
