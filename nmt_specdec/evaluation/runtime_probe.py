@@ -5,8 +5,14 @@ real graphs instead of random weights: the verify pass (N new positions
 against a cache of ``--past`` positions and a ``--source``-token memory) timed
 on torch eager (the torch backend), torch eager and ``torch.compile`` of the
 exported graph module, ONNX Runtime fp32 and int8 (the onnxruntime backend's
-calls, I/O binding included) and OpenVINO (the fp32 ONNX graph, reshaped to
-static shapes; skipped when not installed). Prints ms per call at N=1 (a
+calls, I/O binding included) and OpenVINO (the fp32 ONNX graph; skipped when
+not installed) in three settings: f32 with the dynamic shapes a decoder needs,
+f32 reshaped to this call's static shapes, and bf16 (OpenVINO's default
+precision on CPUs with bf16 units, which silently rounds the weights: not an
+fp32 result). Two more rows time the output projection alone (the
+(N, C) x (C, V) product every verify call ends with) on torch and on ONNX
+Runtime: it is memory-bound (V x C weights read per call), so it costs the same
+on every fp32 runtime and sets a floor under a greedy step. Prints ms per call at N=1 (a
 greedy step) and N=K+1 (a verification of K drafts), their ratio, and the
 speed of N=1 against torch eager. Entry point: ``scripts/probe_runtimes.py``.
 
@@ -79,22 +85,63 @@ def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeat
             row["torch eager (graph module)"] = _ms(lambda: graph(*args), repeats)
             compiled = torch.compile(graph, dynamic=False)
             row["torch.compile"] = _ms(lambda: compiled(*args), repeats)
-        row["openvino fp32"] = _openvino_ms(ort.directory / "verify.onnx", args, threads,
-                                            repeats)
+        for label, precision, static in (("openvino f32, dynamic shapes", "f32", False),
+                                          ("openvino f32, static shapes", "f32", True),
+                                          ("openvino bf16, static shapes", "bf16", True)):
+            row[label] = _openvino_ms(ort.directory / "verify.onnx", args, threads, repeats,
+                                      precision, static)
+        row.update(_projection_ms(model.decoder.output_projection.weight.detach(), new,
+                                  threads, repeats))
         rows.append(row)
     return rows
 
 
-def _openvino_ms(path, args, threads: int, repeats: int) -> Optional[float]:
+def _projection_ms(weight, new: int, threads: int, repeats: int) -> Dict[str, float]:
+    """The output projection of N states, (1, N, C) x (C, V), alone on each runtime."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight_t = weight.t().contiguous()  # (C, V), as the graphs hold it
+    states = torch.randn(1, new, weight.size(1))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["states", "weight_t"], ["logits"])], "projection",
+        [helper.make_tensor_value_info("states", TensorProto.FLOAT, list(states.shape))],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight_t.numpy(), "weight_t")])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+        options, providers=["CPUExecutionProvider"])
+    feeds = {"states": states.numpy()}
+    with torch.no_grad():
+        return {"output projection alone (torch)": _ms(lambda: torch.matmul(states, weight_t),
+                                                       repeats),
+                "output projection alone (onnxruntime)": _ms(lambda: session.run(None, feeds),
+                                                             repeats)}
+
+
+def _openvino_ms(path, args, threads: int, repeats: int, precision: str,
+                 static: bool) -> Optional[float]:
+    """``precision``: OpenVINO's inference precision hint (its CPU default is bf16
+    where the CPU has bf16 units, so f32 must be asked for); ``static``: reshape
+    the graph to this call's shapes (a decoder's shapes change every step, so
+    only the dynamic graph is what a backend could run without recompiling)."""
     try:
         import openvino as ov
     except ImportError:
         return None
     core = ov.Core()
+    capability = {"f32": "FP32", "bf16": "BF16"}[precision]
+    if capability not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        return None  # e.g. bf16 on a CPU without bf16 units
     model = core.read_model(str(path))
     names = [port.get_any_name() for port in model.inputs]
-    model.reshape({name: list(t.shape) for name, t in zip(names, args)})
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    if static:
+        model.reshape({name: list(t.shape) for name, t in zip(names, args)})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                 "INFERENCE_PRECISION_HINT": precision})
     request = compiled.create_infer_request()
     feeds = {name: t.numpy() for name, t in zip(names, args)}
     return _ms(lambda: request.infer(feeds, share_inputs=True), repeats)
