@@ -87,10 +87,15 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     from nmt_specdec.decoding.backends.torch import TorchBackend
     from nmt_specdec.decoding.drafters import DraftRequest
 
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
+
     model, task, sources = shipped
     batch = _first_batch(task, sources, 4)["net_input"]
+    dictionary = task.target_dictionary
+    # fp32 drafts too (the default drafts in int8: see the next test).
+    fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
     results = []
-    for backend in (TorchBackend(model), backends[False]):
+    for backend in (TorchBackend(model), fp32):
         memory = backend.encode(batch)
         verifier = backend.verifier()
         cross = verifier.cross_states(memory)
@@ -115,6 +120,30 @@ def test_passes_equal_the_torch_passes(shipped, backends):
         torch.testing.assert_close(ours.logits, theirs.logits, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(ours.hidden, theirs.hidden, atol=1e-4, rtol=1e-4)
     assert torch.equal(ort_drafts, torch_drafts)
+
+
+def test_fp32_backend_drafts_in_int8_and_decodes_the_same(shipped, backends):
+    # The fp32 backend's draft graph is 8-bit, its verifier is not: drafts are
+    # proposals, so the output stays fp32 greedy and acceptance barely moves.
+    import onnx
+
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
+
+    model, task, sources = shipped
+    default = backends[False]
+    ops = {name: {node.op_type for node in onnx.load(str(default.directory / name)).graph.node}
+           for name in ("draft.onnx", "verify.onnx")}
+    assert "MatMulNBits" in ops["draft.onnx"] and "MatMulNBits" not in ops["verify.onnx"]
+    dictionary = task.target_dictionary
+    fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
+    runs = []
+    for backend in (fp32, default):
+        generator = _generator(model, task, 2, backend)
+        runs.append((decode_all(generator, model, task, sources, 1),
+                     generator.stats.mean_accepted_tokens))
+    (fp32_out, fp32_rate), (int8_out, int8_rate) = runs
+    assert int8_out == fp32_out
+    assert abs(int8_rate - fp32_rate) < 0.05
 
 
 def test_kept_bindings_read_what_lies_there_now(shipped, backends):

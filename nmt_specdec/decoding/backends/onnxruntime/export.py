@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 5  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 6  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -92,19 +92,24 @@ def file_sha256(path: Path) -> str:
 
 
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
-              root: Optional[Path] = None, fused: bool = False) -> Path:
+              root: Optional[Path] = None, fused: bool = False,
+              int8_draft: bool = False) -> Path:
     """The directory of valid graphs for ``model``, exporting them if needed
     (``fused``: also the fused verify+draft graph, in a directory of its own so
-    that the plain variant does not store its weights twice)."""
+    that the plain variant does not store its weights twice; ``int8_draft``: an
+    8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`)."""
     import onnxruntime
 
     digest = weights_sha256(model)
-    variant = ("int8" if int8 else "fp32") + ("-fused" if fused else "")
+    int8_draft = int8_draft and not int8
+    variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
+               + ("-int8draft" if int8_draft else ""))
     directory = (root or cache_root()) / digest / variant
     # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
-                "weights_sha256": digest, "int8": int8, "pad": pad, "eos": eos,
+                "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
+                "pad": pad, "eos": eos,
                 "draft_head": hasattr(model, "draft_head")}
     if _is_valid(directory, identity):
         return directory
@@ -120,12 +125,14 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         "directory") from None
     try:
         files = export_graphs(model, pad, building, fused, eos)
-        if int8:
+        # The encoder runs once per batch: not worth the accuracy.
+        quantized = ([name for name in files if name != ENCODER] if int8 else
+                     [DRAFT] if int8_draft and DRAFT in files else [])
+        if quantized:
             from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
 
-            for name in files:
-                if name != ENCODER:  # run once per batch: not worth the accuracy
-                    quantize_graph(building / name)
+            for name in quantized:
+                quantize_graph(building / name)
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:

@@ -276,12 +276,20 @@ class OrtBackend(Backend):
         int8: 8-bit weights in the verifier and draft graphs (see :mod:`.quantize`).
         fused_draft: draft inside the verify call (see :mod:`.fused`).
         threads: intra-op threads (default: ``torch.get_num_threads()``).
+        int8_draft: 8-bit weights in the draft graph only, beside the fp32
+            verifier (the default; ignored with ``int8`` or ``fused_draft``).
+            Drafts are proposals: the fp32 verifier decides every token, so the
+            output is unchanged, and the draft call is ~40% cheaper (0.43 ->
+            0.27 ms on the shipped model). Measured on the 500 gettext test
+            sentences: tokens per iteration 1.725 -> 1.724 at K=2, 1.754 at K=4
+            both ways, the same output on 500/500.
     """
 
     name = "onnxruntime"
 
     def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
-                 threads: Optional[int] = None, fused_draft: bool = False):
+                 threads: Optional[int] = None, fused_draft: bool = False,
+                 int8_draft: bool = True):
         super().__init__()
         self._ort = require_onnxruntime()
         if any(p.device.type != "cpu" for p in model.parameters()):
@@ -292,6 +300,8 @@ class OrtBackend(Backend):
         self._model = weakref.ref(model)
         self.pad, self.eos, self.int8 = pad, eos, int8
         self.fused_draft = fused_draft
+        # The fused graph drafts in fp32; its fallback draft graph must agree with it.
+        self.int8_draft = int8_draft and not int8 and not fused_draft
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
         self.expected_k = 0  # K of the fused drafter's last proposal: drafted at encode
         self.first_drafts = None  # (drafts (B, 1, K), anchors (B, 1), start (B,)) or None
@@ -306,7 +316,7 @@ class OrtBackend(Backend):
 
     def _load(self) -> None:
         directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
-                                     fused=self.fused_draft)
+                                     fused=self.fused_draft, int8_draft=self.int8_draft)
         self.directory = directory
         head = getattr(self.model, "draft_head", None)
         draft_layers = len(head.layers) if head is not None else 0
