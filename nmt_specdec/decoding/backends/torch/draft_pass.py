@@ -68,6 +68,12 @@ class LeanDraftHead:
     def propose(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
                 num_slots: int) -> Tensor:
         """(B, K) greedy drafts (see :meth:`DraftHead.block_inputs` for the inputs)."""
+        return self.slot_logits(states, last_tokens, positions, num_slots).argmax(dim=-1)
+
+    @torch.no_grad()
+    def slot_logits(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
+                    num_slots: int) -> Tensor:
+        """(B, K, V) the head's logits at the K slots, pad excluded (``-inf``)."""
         x = self.head.block_inputs(states, last_tokens, positions, num_slots, self.positions)
         attention = SelfAttention(_no_cache, None)
         for index, weights in enumerate(self.layers):
@@ -80,4 +86,4 @@ class LeanDraftHead:
         if self.pad < logits.size(-1):
             # The verifier never emits pad; a pad draft would only waste a slot.
             logits[:, :, self.pad] = float("-inf")
-        return logits.argmax(dim=-1)
+        return logits

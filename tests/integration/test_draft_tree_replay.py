@@ -1,0 +1,51 @@
+"""The tree replay agrees with the engine it stands in for (issue #21).
+
+On the shipped model, replaying the linear ``chainK`` tree on the teacher-forced
+ranks must give, sentence by sentence, exactly the iterations the engine's
+beta=1 SpecDec takes at batch 1: that is what makes the replay's figures for
+wider trees (which the engine does not decode) trustworthy.
+"""
+
+import argparse
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, load_model
+
+SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_chain_replay_equals_engine_iterations(k):
+    import sentencepiece
+
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.evaluation.draft_trees import greedy_token_ranks, parse_tree, replay
+
+    torch.set_num_threads(1)
+    model, task = load_model()
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
+    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[:16]
+    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
+                                                  add_if_not_exist=False) for line in lines]
+    rules = LengthRules.from_generation_args(argparse.Namespace(
+        min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
+        max_len_b=SETTINGS["max_len_b"]), model)
+    greedy = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=0), rules)
+    spec = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules)
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    replayed, decoded, committed = [], [], 0
+    for index in range(len(sources)):
+        sample = dataset.collater([dataset[index]])
+        tokens = greedy.generate([model], sample)[0][0]["tokens"]
+        hypothesis = spec.generate([model], sample)[0][0]
+        assert torch.equal(hypothesis["tokens"], tokens)  # beta=1 is greedy
+        ranks = greedy_token_ranks(model, sample, [tokens], k)[0]
+        replayed.append(replay(ranks, parse_tree(f"chain{k}")))
+        decoded.append(hypothesis["iterations"])
+        committed += tokens.numel()
+    assert replayed == decoded
+    assert sum(decoded) < committed  # drafts were accepted at all: fewer passes than tokens
