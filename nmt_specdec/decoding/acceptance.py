@@ -87,7 +87,24 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
         correction = lprobs[:, 0].topk(1, dim=-1).indices.squeeze(1)
         return Acceptance(drafts.new_zeros(drafts.shape, dtype=torch.bool),
                           correction.new_zeros(correction.shape), correction)
-    scored = lprobs[:, :num_slots]  # (B, K, V)
+    passed = drafts_pass(lprobs[:, :num_slots], drafts, beta, tau)  # (B, K)
+    accepted = passed.long().cumprod(dim=1).bool()  # all-true prefix, (B, K)
+    num_accepted = accepted.long().sum(dim=1)  # (B,)
+    # The top-1 is needed at one position per row only.
+    index = num_accepted.view(-1, 1, 1).expand(-1, 1, lprobs.size(-1))
+    at_correction = lprobs.gather(1, index).squeeze(1)  # (B, V)
+    correction = at_correction.topk(1, dim=-1).indices.squeeze(1)
+    return Acceptance(accepted, num_accepted, correction)
+
+
+def drafts_pass(scored: Tensor, drafts: Tensor, beta: int, tau: float) -> Tensor:
+    """The criterion (Eq. 4) for each draft on its own: (B, K) bool.
+
+    Args:
+        scored: (B, K, V) verifier scores at the positions that predict the drafts.
+        drafts: (B, K) draft tokens.
+        beta, tau: as in :func:`accept_drafts` (already validated).
+    """
     best = scored.amax(dim=-1)  # (B, K)
     draft_scores = scored.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # (B, K)
     if beta == 1:
@@ -98,14 +115,7 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
         passed = (draft_scores >= kth) & (best - draft_scores <= tau)
     # A -inf draft is never accepted, even when beta exceeds the finite entries
     # (e.g. at the max length only EOS is allowed).
-    passed = passed & torch.isfinite(draft_scores)
-    accepted = passed.long().cumprod(dim=1).bool()  # all-true prefix, (B, K)
-    num_accepted = accepted.long().sum(dim=1)  # (B,)
-    # The top-1 is needed at one position per row only.
-    index = num_accepted.view(-1, 1, 1).expand(-1, 1, lprobs.size(-1))
-    at_correction = lprobs.gather(1, index).squeeze(1)  # (B, V)
-    correction = at_correction.topk(1, dim=-1).indices.squeeze(1)
-    return Acceptance(accepted, num_accepted, correction)
+    return passed & torch.isfinite(draft_scores)
 
 
 def commit_tokens(drafts: Tensor, acceptance: Acceptance, eos: int, pad: int) -> Commit:

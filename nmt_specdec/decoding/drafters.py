@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 from torch import Tensor
 
+from nmt_specdec.errors import UserError
+
 
 class DraftRequest(NamedTuple):
     """What a drafter may look at.
@@ -40,6 +42,13 @@ class Drafter:
     def propose(self, request: DraftRequest) -> Tensor:
         """Returns (B, K) long draft tokens."""
         raise NotImplementedError
+
+    def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
+        """Returns (B, K, C) long candidates per slot, best first (column 0 is what
+        :meth:`propose` would return); for ``--spec-candidates`` (see
+        :mod:`nmt_specdec.decoding.draft_tree`)."""
+        raise UserError(f"--spec-candidates {count}: this drafter ({type(self).__name__}) "
+                        "proposes one token per slot")
 
     def start_batch(self, sample: dict, encoder_out: Any) -> None:
         """Called once per batch before drafting; default: nothing to prepare."""

@@ -26,6 +26,12 @@ from torch import Tensor, nn
 from nmt_specdec.decoding.acceptance import accept_drafts, commit_tokens, drafts_before_eos
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
+from nmt_specdec.decoding.draft_tree import (
+    flatten_candidates,
+    move_leaf_keys,
+    resolve_tree,
+    tree_layout,
+)
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
@@ -145,7 +151,8 @@ class SpecDecGenerator(nn.Module):
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
         batch, k_max = max_len.numel(), self.options.k
         limits = max_len.tolist()
-        width = max(limits) + k_max + 2  # committed tokens never pass max_len + 1
+        # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
+        width = max(limits) + k_max * self.options.candidates + 2
         cross = verifier.cross_states(encoder_out)
         cache = self._cache = verifier.new_cache(batch, width)  # kept for inspection
         rows = self._start_rows(max_len, bos, width, verifier.embed)
@@ -203,21 +210,38 @@ class SpecDecGenerator(nn.Module):
                    longest: int, uniform: bool, checks: tuple):
         steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
         last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
+        tree = k > 0 and self.options.candidates > 1  # leaves beside the chain (draft_tree)
         # 1. draft
         if k > 0:
             request = DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
-            drafts = self.drafter.propose(request)  # (B, K)
+            if tree:
+                candidates = self.drafter.propose_candidates(request, self.options.candidates)
+            else:
+                drafts = self.drafter.propose(request)  # (B, K)
         else:
             drafts = last.new_zeros(last.size(0), 0)
         # 2. verify
-        inputs = torch.cat([last, drafts], 1) if k > 0 else last
+        layout = tree_layout(k, self.options.candidates) if tree else None
+        if tree:
+            inputs, offsets = flatten_candidates(last, candidates), layout.offsets.to(last.device)
+        else:
+            inputs = torch.cat([last, drafts], 1) if k > 0 else last
+            offsets = torch.arange(k + 1, device=steps.device)
         hidden, logits = verifier.verify(inputs, steps, longest - 1, cache, cross,
-                                         uniform)  # (B, K+1, C), (B, K+1, V)
+                                         uniform, layout)  # (B, N, C), (B, N, V)
         lse = normaliser(logits)  # before the constraints, as fairseq normalises
-        predicted_step = steps.unsqueeze(1) + torch.arange(k + 1, device=steps.device)
+        predicted_step = steps.unsqueeze(1) + offsets
         constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
         # 3. accept and commit
-        acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
+        if tree:  # from here on the accepted path is a chain of K+1 positions
+            acceptance, path, drafts = resolve_tree(logits, candidates, self.options.beta,
+                                                    self.options.tau)
+            move_leaf_keys(cache, steps, path, acceptance.num_accepted)
+            logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
+            lse = lse.gather(1, path)
+            hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+        else:
+            acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
         commit = commit_tokens(drafts, acceptance, self.eos, self.pad)
         scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
         # 4. bookkeep: the next draft reads the state that predicted the correction

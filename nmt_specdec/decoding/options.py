@@ -21,6 +21,8 @@ class SpecDecOptions:
         tau: log-probability margin to the verifier's top-1.
         deterministic: batch-invariant output (see :mod:`nmt_specdec.determinism`).
         auto_k: choose K per iteration (up to ``k``) from acceptance and pass costs.
+        candidates: drafts verified per slot: the top-1 chain plus C-1 leaves per
+            depth (see :mod:`nmt_specdec.decoding.draft_tree`); 1 = a chain.
     """
 
     k: int
@@ -28,6 +30,7 @@ class SpecDecOptions:
     tau: float = 0.0
     deterministic: bool = False
     auto_k: bool = False
+    candidates: int = 1
 
     def __post_init__(self):
         if self.k < 0:
@@ -36,6 +39,10 @@ class SpecDecOptions:
             raise UserError(f"--spec-beta must be >= 1, got {self.beta}")
         if not self.tau >= 0:
             raise UserError(f"--spec-tau must be >= 0, got {self.tau}")
+        if self.candidates < 1:
+            raise UserError(f"--spec-candidates must be >= 1, got {self.candidates}")
+        if self.candidates > 1 and self.deterministic:
+            raise UserError("--spec-candidates > 1 does not combine with --deterministic")
 
 
 def parse_spec_k(value) -> Tuple[Optional[int], bool]:

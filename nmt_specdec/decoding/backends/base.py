@@ -60,7 +60,7 @@ class VerifierCalls:
         raise NotImplementedError
 
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
-               cross: Any, uniform: bool = False) -> Verified:
+               cross: Any, uniform: bool = False, tree: Any = None) -> Verified:
         """Scores N new inputs per row and writes their keys/values into ``cache``.
 
         Args:
@@ -70,6 +70,9 @@ class VerifierCalls:
             cache: the batch's cache; slots ``< start[b]`` hold row b's prefix.
             cross: from :meth:`cross_states` (after any :meth:`keep_rows`).
             uniform: every row starts at ``start_max``.
+            tree: a :class:`~nmt_specdec.decoding.draft_tree.TreeLayout` (inputs at
+                tree positions, attending to their ancestors only), or None for a
+                chain; a backend that cannot raises :class:`UserError`.
         """
         raise NotImplementedError
 

@@ -171,7 +171,9 @@ class OrtVerifier(VerifierCalls):
         return StaticKVCache(b.layers, batch, b.heads, slots, b.dim // b.heads, like=self.embed)
 
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
-               cross: Memory, uniform: bool = False) -> Verified:
+               cross: Memory, uniform: bool = False, tree=None) -> Verified:
+        if tree is not None:  # the exported graph attends causally
+            raise UserError("--spec-candidates > 1 needs --backend torch for now")
         b = self.backend
         b.calls["verify"] += 1
         batch, new = tokens.shape

@@ -37,9 +37,9 @@ class TorchVerifier(VerifierCalls):
         return self.lean.new_cache(batch, slots)
 
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
-               cross: List[CrossKV], uniform: bool = False) -> Verified:
+               cross: List[CrossKV], uniform: bool = False, tree=None) -> Verified:
         self._backend.calls["verify"] += 1
-        hidden = self.forward(tokens, start, start_max, cache, cross, uniform)
+        hidden = self.forward(tokens, start, start_max, cache, cross, uniform, tree)
         return Verified(hidden, self.logits(hidden))
 
     # The two halves stay reachable: tests and the profiler call them.
@@ -73,9 +73,21 @@ class DraftHeadDrafter(Drafter):
 
     def propose(self, request: DraftRequest) -> Tensor:
         self._backend.calls["draft"] += 1
+        return self.lean.propose(*self._inputs(request), request.num_slots)
+
+    def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
+        self._backend.calls["draft"] += 1
+        logits = self.lean.slot_logits(*self._inputs(request), request.num_slots)
+        top = logits.topk(count, dim=-1).indices  # (B, K, C)
+        # Column 0 is exactly propose()'s argmax, also where ties would order differently.
+        top[:, :, 0] = logits.argmax(dim=-1)
+        return top
+
+    @staticmethod
+    def _inputs(request: DraftRequest):
         last = request.lengths - 1  # (B,) position of the last committed token
         last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)
-        return self.lean.propose(request.states, last_tokens, last, request.num_slots)
+        return request.states, last_tokens, last
 
 
 class TorchBackend(Backend):

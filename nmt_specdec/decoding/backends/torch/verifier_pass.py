@@ -24,6 +24,7 @@ from nmt_specdec.decoding.backends.torch.layers import (
     layer_weights,
 )
 from nmt_specdec.decoding.cache import StaticKVCache
+from nmt_specdec.decoding.draft_tree import tree_attention_mask
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.positions import PositionTable
 
@@ -93,7 +94,7 @@ class LeanVerifier:
         return x
 
     def forward(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
-                cross: List[CrossKV], uniform: bool = False) -> Tensor:
+                cross: List[CrossKV], uniform: bool = False, tree=None) -> Tensor:
         """Scores N new inputs per row, writing their keys/values into the cache.
 
         Args:
@@ -103,13 +104,20 @@ class LeanVerifier:
             cache: the batch's cache (slots ``< start[b]`` hold row b's prefix).
             cross: per-layer encoder keys/values of the same rows.
             uniform: every row starts at ``start_max`` (see ``StaticKVCache.begin_pass``).
+            tree: a :class:`~nmt_specdec.decoding.draft_tree.TreeLayout` for a block
+                of drafts with leaves (tree positions and mask); None for a chain.
 
         Returns:
             (B, N, C) final hidden states: input j's state predicts the token after it.
         """
         new = tokens.size(1)
         mask = cache.begin_pass(start, new, start_max, uniform)
-        positions = start.unsqueeze(1) + torch.arange(new, device=tokens.device)  # (B, N)
+        if tree is None:
+            offsets = torch.arange(new, device=tokens.device)
+        else:
+            offsets = tree.offsets.to(tokens.device)
+            mask = tree_attention_mask(start, new, start_max + new, tree.ancestors)
+        positions = start.unsqueeze(1) + offsets  # (B, N)
         x = self.embed_inputs(tokens, positions)
         attention = SelfAttention(cache.store, mask)
         for index, weights in enumerate(self.layers):

@@ -1,0 +1,82 @@
+"""``--spec-candidates``: a chain with leaves verified in one pass (issue #21).
+
+On the shipped model and 40 hand-written sentences:
+- beta=1 output equals greedy at batch 1 and at batch 8 (non-uniform starts);
+- at batch 1 every sentence takes exactly the iterations that the exact replay
+  (``nmt_specdec.evaluation.draft_trees``) predicts for the same tree, so the
+  engine and the replay check each other;
+- the tree commits more tokens per iteration than the chain of the same depth;
+- options that cannot combine with it are one-line errors.
+"""
+
+import argparse
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt_specdec.errors import UserError
+from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, decode_all, load_model
+
+SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    import sentencepiece
+
+    torch.set_num_threads(1)
+    model, task = load_model()
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
+    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
+                                                  add_if_not_exist=False)
+               for line in SENTENCES.read_text(encoding="utf-8").splitlines()]
+    return model, task, sources
+
+
+def _generator(model, task, k, candidates=1, backend=None):
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+
+    rules = LengthRules.from_generation_args(argparse.Namespace(
+        min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
+        max_len_b=SETTINGS["max_len_b"]), model)
+    return SpecDecGenerator(model, task.target_dictionary,
+                            SpecDecOptions(k=k, candidates=candidates), rules, backend=backend)
+
+
+@pytest.mark.parametrize("k, candidates", [(2, 2), (4, 3)])
+def test_tree_is_greedy_and_takes_the_replayed_iterations(shipped, k, candidates):
+    from nmt_specdec.evaluation.draft_trees import greedy_token_ranks, parse_tree, replay
+
+    model, task, sources = shipped
+    greedy, tree = _generator(model, task, 0), _generator(model, task, k, candidates)
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    shape = parse_tree(f"leaves{candidates}x{k}")
+    for index in range(len(sources)):
+        sample = dataset.collater([dataset[index]])
+        tokens = greedy.generate([model], sample)[0][0]["tokens"]
+        hypothesis = tree.generate([model], sample)[0][0]
+        assert torch.equal(hypothesis["tokens"], tokens), index
+        ranks = greedy_token_ranks(model, sample, [tokens], k)[0]
+        assert hypothesis["iterations"] == replay(ranks, shape), index
+
+
+def test_tree_beats_the_chain_and_stays_greedy_in_batches(shipped):
+    model, task, sources = shipped
+    greedy = decode_all(_generator(model, task, 0), model, task, sources, 8)
+    rates = []
+    for candidates in (1, 2):
+        generator = _generator(model, task, 2, candidates)
+        assert decode_all(generator, model, task, sources, 8) == greedy
+        rates.append(generator.stats.mean_accepted_tokens)
+    assert rates[1] > rates[0] + 0.05, rates
+
+
+def test_options_that_do_not_combine_are_one_line_errors():
+    from nmt_specdec.decoding.options import SpecDecOptions
+
+    with pytest.raises(UserError, match="--spec-candidates"):
+        SpecDecOptions(k=2, candidates=0)
+    with pytest.raises(UserError, match="--deterministic"):
+        SpecDecOptions(k=2, candidates=2, deterministic=True)
