@@ -79,7 +79,9 @@ def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeat
         memory = ort.encode(net_input)
         tokens, start, cache = _inputs(ort, batch, new, past)
         past_kv = [t[i] for i in range(ort.layers) for t in (cache.key, cache.value)]
-        args = (tokens, start, memory.mask, *past_kv, *memory.cross)
+        chain = torch.arange(new)
+        args = (tokens, start, memory.mask, chain, chain.view(-1, 1) >= chain.view(1, -1),
+                *past_kv, *memory.cross)
         graph = VerifyGraph(LeanVerifier(model.decoder)).eval()
         with torch.no_grad():
             row["torch eager (graph module)"] = _ms(lambda: graph(*args), repeats)

@@ -6,6 +6,8 @@ On the shipped model and 40 hand-written sentences:
   (``nmt_specdec.evaluation.draft_trees``) predicts for the same tree, so the
   engine and the replay check each other;
 - the tree commits more tokens per iteration than the chain of the same depth;
+- the onnxruntime graphs (tree positions and mask as inputs) decode it as the
+  torch passes do;
 - options that cannot combine with it are one-line errors.
 """
 
@@ -80,3 +82,39 @@ def test_options_that_do_not_combine_are_one_line_errors():
         SpecDecOptions(k=2, candidates=0)
     with pytest.raises(UserError, match="--deterministic"):
         SpecDecOptions(k=2, candidates=2, deterministic=True)
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory):
+    """Exports of this module go to a fresh cache (not the user's)."""
+    pytest.importorskip("onnxruntime")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("NMT_SPECDEC_ONNX_CACHE", str(tmp_path_factory.mktemp("onnx_cache")))
+    yield
+    patch.undo()
+
+
+def test_onnxruntime_tree_equals_the_torch_tree(shipped, onnx_cache):
+    # The graph takes the tree's positions and ancestor mask as inputs: with fp32
+    # drafts it must take the torch tree's iterations, sentence by sentence; with
+    # the default 8-bit drafts the output must still be greedy, in batches too.
+    from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
+
+    model, task, sources = shipped
+    dictionary = task.target_dictionary
+    fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
+    torch_tree, ort_tree = _generator(model, task, 2, 2), _generator(model, task, 2, 2, fp32)
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    for index in range(len(sources)):
+        sample = dataset.collater([dataset[index]])
+        ours, theirs = (g.generate([model], sample)[0][0] for g in (ort_tree, torch_tree))
+        assert torch.equal(ours["tokens"], theirs["tokens"]), index
+        assert ours["iterations"] == theirs["iterations"], index
+    greedy = decode_all(_generator(model, task, 0), model, task, sources, 8)
+    default = _generator(model, task, 4, 2, make_backend("onnxruntime", model, dictionary))
+    assert decode_all(default, model, task, sources, 8) == greedy
+    fused = _generator(model, task, 2, 2, make_backend("onnxruntime", model, dictionary,
+                                                       fused_draft=True))
+    with pytest.raises(UserError, match="--fused-draft"):
+        decode_all(fused, model, task, sources[:1], 1)

@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 6  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 7  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -60,8 +60,9 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
     past, cross = kv_names("past", layers), kv_names("cross", layers)
     draft = kv_names("draft", draft_layers)
     return {ENCODER: ["src_tokens", "src_lengths", "slot_offsets"],
-            VERIFY: ["tokens", "start", "memory_mask", *past, *cross],
-            DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", *draft],
+            VERIFY: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past, *cross],
+            DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", "candidate_slots",
+                    *draft],
             FUSED: ["tokens", "start", "memory_mask", "slot_offsets", *past, *cross, *draft],
             }[graph]
 
@@ -205,10 +206,13 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
     past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * layers)]
     common = {"memory_mask": {0: "batch", 3: "source"}}
+    chain = torch.arange(3)
     _export(VerifyGraph(verifier).eval(),
-            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask, *past, *cross),
+            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask, chain,
+             chain.view(-1, 1) >= chain.view(1, -1), *past, *cross),
             out / VERIFY,
             {"tokens": {0: "batch", 1: "new"}, "start": batch, **common,
+             "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"},
              **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
              **{n: source for n in kv_names("cross", layers)}},
             {"logits": {0: "batch", 1: "new"}, "hidden": {0: "batch", 1: "new"},
@@ -217,12 +221,13 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
         return [ENCODER, VERIFY]
     _export(DraftGraph(head).eval(),
             (torch.randn(2, verifier.dim), torch.tensor([5, 6]),
-             torch.tensor([[3, 4, 5], [0, 1, 2]]), mask, *draft_cross),
+             torch.tensor([[3, 4, 5], [0, 1, 2]]), mask, torch.arange(2), *draft_cross),
             out / DRAFT,
             {"states": batch, "last_tokens": batch,
              "block_positions": {0: "batch", 1: "block"}, **common,
+             "candidate_slots": {0: "candidates"},
              **{n: source for n in kv_names("draft", draft_layers)}},
-            {"drafts": {0: "batch", 1: "slots"}})
+            {"drafts": {0: "batch", 1: "slots", 2: "candidates"}})
     if not fused:
         return [ENCODER, VERIFY, DRAFT]
     from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph

@@ -52,7 +52,10 @@ class FusedVerifyGraph(nn.Module):
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor,
                 slot_offsets: Tensor, *kv: Tensor):
         split = 4 * self.layers
-        logits, hidden, keys, values = self.verify(tokens, start, memory_mask, *kv[:split])
+        offsets = arange_like(tokens, 1)  # a chain: positions 0..N-1, causal
+        causal = offsets.view(-1, 1) >= offsets.view(1, -1)
+        logits, hidden, keys, values = self.verify(tokens, start, memory_mask, offsets, causal,
+                                                   *kv[:split])
         anchors = (logits + self.verifier_pad_bias).argmax(-1)  # (B, N)
         batch, new = tokens.shape
         positions = start.unsqueeze(1) + arange_like(tokens, 1) + 1  # (B, N) of each anchor

@@ -233,8 +233,11 @@ class VerifyGraph(nn.Module):
     """N new inputs per row against the full cache -> logits, states, new keys/values.
 
     Inputs: ``tokens`` (B, N), ``start`` (B,) first position of each row,
-    ``memory_mask`` (B, 1, 1, S), ``past_key_i``/``past_value_i`` (B, H, T, D),
-    ``cross_key_i``/``cross_value_i`` (B, H, S, D).
+    ``memory_mask`` (B, 1, 1, S), ``offsets`` (N,) each input's position after
+    ``start``, ``ancestors`` (N, N) bool, which new inputs each may attend to
+    (0..N-1 and causal for a chain; tree positions and ancestors for drafts with
+    leaves, see :mod:`nmt_specdec.decoding.draft_tree`), ``past_key_i``/
+    ``past_value_i`` (B, H, T, D), ``cross_key_i``/``cross_value_i`` (B, H, S, D).
     Outputs: ``logits`` (B, N, V), ``hidden`` (B, N, C), ``new_keys`` and
     ``new_values`` (L, B, H, N, D).
     """
@@ -243,17 +246,16 @@ class VerifyGraph(nn.Module):
         super().__init__()
         self.verifier = verifier
 
-    def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, *kv: Tensor):
+    def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, offsets: Tensor,
+                ancestors: Tensor, *kv: Tensor):
         lean = self.verifier
         layers = len(lean.layers)
         past, cross = kv[: 2 * layers], kv[2 * layers:]
-        offsets = arange_like(tokens, 1)  # (N,)
         x = lean.embed_inputs(tokens, start.unsqueeze(1) + offsets)  # (B, N, C)
         slots = arange_like(past[0], 2)  # (T,)
         batch, new = tokens.shape
         old = (slots.view(1, 1, -1) < start.view(-1, 1, 1)).expand(batch, new, -1)  # (B, N, T)
-        causal = (offsets.view(-1, 1) >= offsets.view(1, -1)).expand(batch, new, new)
-        mask = torch.cat([old, causal], dim=2).unsqueeze(1)  # (B, 1, N, T+N)
+        mask = torch.cat([old, ancestors.expand(batch, new, new)], dim=2).unsqueeze(1)
         new_keys: List[Tensor] = []
         new_values: List[Tensor] = []
         for index, weights in enumerate(lean.layers):
@@ -272,11 +274,13 @@ class VerifyGraph(nn.Module):
 
 
 class DraftGraph(nn.Module):
-    """The draft head's pass -> (B, K) greedy drafts.
+    """The draft head's pass -> (B, K, C') candidates per slot, best first.
 
     Inputs: ``states`` (B, C), ``last_tokens`` (B,), ``block_positions`` (B, K+1)
-    (the last token's position, then the K slots'), ``memory_mask``, and
-    ``draft_key_j``/``draft_value_j`` (B, H, S, D). Output: ``drafts`` (B, K).
+    (the last token's position, then the K slots'), ``memory_mask``,
+    ``candidate_slots`` (C',) whose length is the candidates wanted (1: the
+    greedy drafts), and ``draft_key_j``/``draft_value_j`` (B, H, S, D). Output:
+    ``drafts`` (B, K, C'), column 0 the argmax.
     """
 
     def __init__(self, head: LeanDraftHead):
@@ -291,21 +295,28 @@ class DraftGraph(nn.Module):
         self.register_buffer("pad_bias", bias)
 
     def forward(self, states: Tensor, last_tokens: Tensor, block_positions: Tensor,
-                memory_mask: Tensor, *cross: Tensor):
-        return self.drafts(states, last_tokens, block_positions[:, 0],
-                           block_positions.size(1) - 1, memory_mask, cross)
+                memory_mask: Tensor, candidate_slots: Tensor, *cross: Tensor):
+        logits = self.slot_logits(states, last_tokens, block_positions[:, 0],
+                                  block_positions.size(1) - 1, memory_mask, cross)
+        others = logits.topk(candidate_slots.size(0), dim=-1).indices[..., 1:]
+        return torch.cat([logits.argmax(dim=-1, keepdim=True), others], dim=-1)
 
     def drafts(self, states: Tensor, last_tokens: Tensor, positions: Tensor, num_slots,
                memory_mask: Tensor, cross) -> Tensor:
         """(B, K) drafts after ``last_tokens`` (B,) at ``positions`` (B,)."""
+        return self.slot_logits(states, last_tokens, positions, num_slots, memory_mask,
+                                cross).argmax(dim=-1)
+
+    def slot_logits(self, states: Tensor, last_tokens: Tensor, positions: Tensor, num_slots,
+                    memory_mask: Tensor, cross) -> Tensor:
+        """(B, K, V) the head's logits at the K slots, pad excluded."""
         lean = self.lean
         x = self.head.block_inputs(states, last_tokens, positions, num_slots, lean.positions)
         for index, weights in enumerate(lean.layers):
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
             x = graph_layer(weights, x, _no_cache, None, memory)
         x = _norm_if(True, x, lean.final_norm)
-        logits = torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
-        return logits.argmax(dim=-1)
+        return torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
 
 
 def _no_cache(key: Tensor, value: Tensor):

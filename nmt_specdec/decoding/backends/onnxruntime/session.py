@@ -159,6 +159,15 @@ class OrtVerifier(VerifierCalls):
         self.session, self.backend = session, backend
         self.embed = torch.zeros(1, backend.dim)  # dtype/device/C of the loop's buffers
         self.scratch = Scratch()
+        self._chains: Dict[int, Tuple[Tensor, Tensor]] = {}
+
+    def _chain(self, new: int) -> Tuple[Tensor, Tensor]:
+        """Offsets 0..N-1 and the causal mask of a chain of N inputs (kept, so that
+        their bindings stay put from step to step)."""
+        if new not in self._chains:
+            offsets = torch.arange(new)
+            self._chains[new] = (offsets, offsets.view(-1, 1) >= offsets.view(1, -1))
+        return self._chains[new]
 
     def cross_states(self, encoder_out: Memory) -> Memory:
         return encoder_out
@@ -172,9 +181,9 @@ class OrtVerifier(VerifierCalls):
 
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
                cross: Memory, uniform: bool = False, tree=None) -> Verified:
-        if tree is not None:  # the exported graph attends causally
-            raise UserError("--spec-candidates > 1 needs --backend torch for now")
         b = self.backend
+        if tree is not None and b.fused_drafter is not None:
+            raise UserError("--spec-candidates > 1 does not combine with --fused-draft")
         b.calls["verify"] += 1
         batch, new = tokens.shape
         take = self.scratch.take
@@ -193,12 +202,21 @@ class OrtVerifier(VerifierCalls):
                                 [logits, hidden, keys, values, drafts, anchors])
             drafter.offer(drafts, anchors, start)
         else:
-            self.session.run([tokens, start, cross.mask, *past, *cross.cross],
-                             [logits, hidden, keys, values])
+            offsets, ancestors = tree if tree is not None else self._chain(new)
+            self.session.run([tokens, start, cross.mask, offsets, ancestors, *past,
+                              *cross.cross], [logits, hidden, keys, values])
         # The graph read the whole cache; the shared cache code writes the new slots.
         cache.begin_pass(start, new, start_max, uniform)
         cache.store_all(keys, values)
         return Verified(hidden, logits)
+
+
+_CANDIDATE_SLOTS: Dict[int, Tensor] = {}
+
+
+def _candidate_slots(count: int) -> Tensor:
+    """(C,): the draft graph returns as many candidates per slot as this is long."""
+    return _CANDIDATE_SLOTS.setdefault(count, torch.arange(count))
 
 
 class OrtDrafter(Drafter):
@@ -221,14 +239,18 @@ class OrtDrafter(Drafter):
         return self.start_state.to(like).expand(batch, -1)
 
     def propose(self, request: DraftRequest) -> Tensor:
+        return self.propose_candidates(request, 1).squeeze(2)
+
+    def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
         assert self.memory is not None
         self.backend.calls["draft"] += 1
         last = request.lengths - 1  # (B,) position of the last committed token
         last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
         slots = torch.arange(request.num_slots + 1, device=last.device)
-        drafts = torch.empty(last.numel(), request.num_slots, dtype=torch.long)
+        drafts = torch.empty(last.numel(), request.num_slots, count, dtype=torch.long)
         self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
-                                        self.memory.mask, *self.memory.draft], [drafts])
+                                        self.memory.mask, _candidate_slots(count),
+                                        *self.memory.draft], [drafts])
         return drafts
 
 
