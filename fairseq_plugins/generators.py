@@ -54,7 +54,8 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
     options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
-                             deterministic=cfg.deterministic, auto_k=auto and k > 0)
+                             deterministic=cfg.deterministic, auto_k=auto and k > 0,
+                             candidates=cfg.spec_candidates)
     backend = make_backend(cfg.backend, model, tgt_dict, cfg.int8, cfg.fused_draft)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
                                                  backend=backend)

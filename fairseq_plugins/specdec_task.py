@@ -53,6 +53,12 @@ class TranslationSpecDecConfig(TranslationConfig):
         default=0.0,
         metadata={"help": "... and within tau (log-prob) of the verifier's top-1"},
     )
+    spec_candidates: int = field(
+        default=1,
+        metadata={"help": "drafts verified per slot: the head's top-1 chain plus C-1 more "
+                          "candidates per depth as leaves, all in one verify pass (a tree "
+                          "attention mask); 1 = the chain alone. Output unchanged at beta=1"},
+    )
     backend: str = field(
         default=DEFAULT_BACKEND,
         metadata={"help": f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "

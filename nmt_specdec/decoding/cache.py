@@ -39,6 +39,10 @@ class StaticKVCache:
         self._slots: Tensor = self._rows  # (B, N) slot of each new position
         self._uniform_start: Optional[int] = None  # set when every row starts there
 
+    def rows(self, batch: int) -> Tensor:
+        """(B,) 0..B-1, kept (a pass's row index)."""
+        return self._rows[:batch, 0]
+
     @property
     def slots(self) -> int:
         return self.key.size(3)

@@ -27,6 +27,7 @@ values at slots start..start+N-1; a taken leaf's are moved to its depth's slot
 (:func:`move_leaf_keys`), everything else rolls back for free as before.
 
 Shapes: B rows, K depth, C candidates per depth, N = 1 + K*C, V vocabulary.
+Candidates come (B, C, K), row 0 the chain, so that they flatten in verify order.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import NamedTuple, Tuple
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.acceptance import Acceptance, accept_drafts, drafts_pass
+from nmt_specdec.decoding.acceptance import Acceptance
 from nmt_specdec.decoding.cache import StaticKVCache
 
 
@@ -74,8 +75,8 @@ def tree_layout(depth: int, candidates: int) -> TreeLayout:
 
 
 def flatten_candidates(last: Tensor, candidates: Tensor) -> Tensor:
-    """(B, 1) last tokens and (B, K, C) candidates -> (B, N) verify inputs."""
-    return torch.cat([last, candidates.transpose(1, 2).reshape(last.size(0), -1)], dim=1)
+    """(B, 1) last tokens and (B, C, K) candidates -> (B, N) verify inputs."""
+    return torch.cat([last, candidates.reshape(last.size(0), -1)], dim=1)
 
 
 def tree_attention_mask(start: Tensor, new: int, width: int, ancestors: Tensor) -> Tensor:
@@ -90,48 +91,96 @@ def tree_attention_mask(start: Tensor, new: int, width: int, ancestors: Tensor) 
     return mask.transpose(0, 1).unsqueeze(1)  # (B, 1, N, T')
 
 
-def resolve_tree(logits: Tensor, candidates: Tensor, beta: int,
-                 tau: float) -> Tuple[Acceptance, Tensor, Tensor]:
+class TreeOutcome(NamedTuple):
+    """What :func:`resolve_tree` decided.
+
+    Attributes:
+        acceptance: the :class:`Acceptance` of the accepted path.
+        path: (B, K+1) the flat input whose scores predicted each step of the path
+            (the correction at ``path[num_accepted]``).
+        drafts: (B, K) the path's tokens (the chain with a taken leaf in place).
+        leaf_taken: whether any row took a leaf (else ``path`` is 0..K: the
+            caller may slice instead of gathering, and no keys need moving).
+    """
+
+    acceptance: Acceptance
+    path: Tensor
+    drafts: Tensor
+    leaf_taken: bool
+
+
+def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
+                 tau: float) -> TreeOutcome:
     """Acceptance over a chain-with-leaves block.
+
+    Every node is checked against the scores of its parent (the input whose
+    prediction it is) with a few whole-block tensor ops; the walk itself (first
+    rejection on the chain, then at most one leaf) runs on the host over one small
+    read-back, which costs less than the dozens of tiny tensor ops it replaces
+    (on a GPU it is a second synchronisation per iteration). The correction is
+    the verifier's argmax at the end of the path.
 
     Args:
         logits: (B, N, V) constrained verifier scores of the flat block.
-        candidates: (B, K, C) the drafter's candidates, column 0 the chain.
-        beta, tau: the acceptance criterion.
-
-    Returns:
-        ``(acceptance, path, drafts)``: the :class:`Acceptance` of the accepted
-        path; ``path`` (B, K+1), the flat input whose scores predicted each step
-        of it (the correction at ``path[num_accepted]``); ``drafts`` (B, K), the
-        path's tokens (the chain with the taken leaf in place).
+        inputs: (B, N) the block as verified (:func:`flatten_candidates`).
+        depth: K.
+        beta, tau: the acceptance criterion (see :func:`~.acceptance.accept_drafts`).
     """
-    batch, depth, count = candidates.shape
-    chain = candidates[:, :, 0]
-    walk = accept_drafts(logits[:, : depth + 1], chain, beta, tau)
-    reached = walk.num_accepted  # (B,) depth j of the last accepted chain draft
-    open_depth = reached.clamp(max=depth - 1)  # leaves at depth j+1 (0-based j)
-    at = logits.gather(1, reached.view(-1, 1, 1).expand(-1, 1, logits.size(2)))  # (B, 1, V)
-    leaves = candidates[:, :, 1:].gather(
-        1, open_depth.view(-1, 1, 1).expand(-1, 1, count - 1))  # (B, 1, C-1)
-    passing = drafts_pass(at.expand(-1, count - 1, -1), leaves.squeeze(1), beta, tau)
-    passing &= (reached < depth).unsqueeze(1)  # (B, C-1)
-    taken = passing.any(dim=1)  # (B,)
-    choice = passing.long().argmax(dim=1)  # first passing leaf (0-based among leaves)
-    # Flat index of that leaf: after the chain, (choice) blocks of K, then its depth.
-    leaf_index = depth + 1 + choice * depth + open_depth  # (B,)
-    steps = torch.arange(depth + 1, device=logits.device).expand(batch, -1)
-    path = torch.where(taken.unsqueeze(1) & (steps == (reached + 1).unsqueeze(1)),
-                       leaf_index.unsqueeze(1), steps)  # (B, K+1)
-    leaf_token = leaves.squeeze(1).gather(1, choice.unsqueeze(1)).squeeze(1)  # (B,)
-    drafts = chain.scatter(1, open_depth.unsqueeze(1),
-                           torch.where(taken, leaf_token, chain.gather(
-                               1, open_depth.unsqueeze(1)).squeeze(1)).unsqueeze(1))
-    num_accepted = reached + taken.long()
-    accepted = torch.arange(depth, device=logits.device).unsqueeze(0) < num_accepted.unsqueeze(1)
-    final = path.gather(1, num_accepted.unsqueeze(1))  # (B, 1)
-    correction = logits.gather(1, final.unsqueeze(2).expand(-1, 1, logits.size(2))).squeeze(
-        1).topk(1, dim=-1).indices.squeeze(1)
-    return Acceptance(accepted, num_accepted, correction), path, drafts
+    batch, new, vocab = logits.shape
+    width = (new - 1) // depth  # C
+    parent = _parents(depth, width, logits.device)  # (N-1,): node j+1's parent input
+    scores = logits.view(batch, -1).gather(1, parent * vocab + inputs[:, 1:])  # (B, N-1)
+    best, top1 = logits.max(dim=-1)  # (B, N)
+    if beta == 1:  # a -inf draft never reaches a finite best
+        passed = scores >= best.index_select(1, parent)
+    else:
+        kth = logits.topk(min(beta, vocab), dim=-1).values[..., -1].index_select(1, parent)
+        passed = (scores >= kth) & (best.index_select(1, parent) - scores <= tau)
+        passed &= torch.isfinite(scores)  # never a -inf draft (e.g. forced EOS)
+    rows = torch.cat([passed.long(), top1, inputs], dim=1).tolist()  # the one read-back
+    decided = [_walk(row, depth, width, new) for row in rows]
+    table = torch.tensor(decided, dtype=torch.long, device=logits.device)  # (B, 3+2K)
+    num_accepted, correction = table[:, 0], table[:, 1]
+    path, drafts = table[:, 3: 4 + depth], table[:, 4 + depth:]
+    accepted = torch.arange(depth, device=logits.device) < num_accepted.unsqueeze(1)
+    return TreeOutcome(Acceptance(accepted, num_accepted, correction), path, drafts,
+                       any(row[2] for row in decided))
+
+
+def _walk(row: list, depth: int, width: int, new: int) -> list:
+    """One row's walk: ``row`` = node passes (N-1), argmax per input (N), inputs
+    (N). Returns [accepted, correction, leaf?, path (K+1), drafts (K)]."""
+    passes, top1, inputs = row[: new - 1], row[new - 1: 2 * new - 1], row[2 * new - 1:]
+    reached = 0
+    while reached < depth and passes[reached]:
+        reached += 1
+    path, drafts = list(range(depth + 1)), inputs[1: depth + 1]
+    final, leaf = reached, 0
+    if reached < depth:
+        for block in range(1, width):
+            node = block * depth + reached  # 0-based among nodes; input node + 1
+            if passes[node]:
+                final = leaf = node + 1
+                path[reached + 1] = leaf
+                drafts = drafts[:reached] + [inputs[leaf]] + drafts[reached + 1:]
+                break
+    accepted = reached + (1 if leaf else 0)
+    return [accepted, top1[final], leaf, *path, *drafts]
+
+
+@lru_cache(maxsize=64)
+def _parent_list(depth: int, candidates: int) -> Tuple[int, ...]:
+    return tuple(int(o) - 1 for o in tree_layout(depth, candidates).offsets[1:])
+
+
+def _parents(depth: int, candidates: int, device) -> Tensor:
+    """(N-1,) the input each node is a prediction of: depth i's nodes hang off the
+    chain input at depth i-1."""
+    return _PARENTS.setdefault((depth, candidates, str(device)), torch.tensor(
+        _parent_list(depth, candidates), device=device))
+
+
+_PARENTS: dict = {}
 
 
 def move_leaf_keys(cache: StaticKVCache, start: Tensor, path: Tensor,
@@ -140,12 +189,11 @@ def move_leaf_keys(cache: StaticKVCache, start: Tensor, path: Tensor,
 
     The pass wrote input i at slot ``start + i``; the accepted path's inputs must
     sit at ``start + step``. Chain inputs already do (input i is step i); a leaf
-    taken at step s was input ``path[s] > s``. Rows without a leaf copy a slot
-    onto itself.
+    taken as the last accepted step s was input ``path[s] > s``. Rows without a
+    leaf copy a slot onto itself.
     """
-    step = num_accepted.clamp(min=1)  # a leaf is at step num_accepted (>= 1)
-    source = start + path.gather(1, step.unsqueeze(1)).squeeze(1)  # (B,)
-    target = start + step
-    rows = torch.arange(start.numel(), device=start.device)
+    source = start + path.gather(1, num_accepted.unsqueeze(1)).squeeze(1)  # (B,)
+    target = start + num_accepted
+    rows = cache.rows(start.numel())
     for buffer in (cache.key, cache.value):
         buffer[:, rows, :, target] = buffer[:, rows, :, source]

@@ -44,7 +44,7 @@ class Drafter:
         raise NotImplementedError
 
     def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
-        """Returns (B, K, C) long candidates per slot, best first (column 0 is what
+        """Returns (B, C, K) long candidates per slot, best first (row 0 is what
         :meth:`propose` would return); for ``--spec-candidates`` (see
         :mod:`nmt_specdec.decoding.draft_tree`)."""
         raise UserError(f"--spec-candidates {count}: this drafter ({type(self).__name__}) "

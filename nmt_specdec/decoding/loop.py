@@ -234,12 +234,15 @@ class SpecDecGenerator(nn.Module):
         constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
         # 3. accept and commit
         if tree:  # from here on the accepted path is a chain of K+1 positions
-            acceptance, path, drafts = resolve_tree(logits, candidates, self.options.beta,
-                                                    self.options.tau)
-            move_leaf_keys(cache, steps, path, acceptance.num_accepted)
-            logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
-            lse = lse.gather(1, path)
-            hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+            acceptance, path, drafts, leaf_taken = resolve_tree(
+                logits, inputs, k, self.options.beta, self.options.tau)
+            if leaf_taken:
+                move_leaf_keys(cache, steps, path, acceptance.num_accepted)
+                logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
+                lse = lse.gather(1, path)
+                hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+            else:  # the chain's inputs lead
+                logits, lse, hidden = logits[:, : k + 1], lse[:, : k + 1], hidden[:, : k + 1]
         else:
             acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
         commit = commit_tokens(drafts, acceptance, self.eos, self.pad)

@@ -141,6 +141,14 @@ def _add_decoding_args(group) -> None:
         help="SpecDec log-prob margins (beta=1 rows run once, tau unused)",
     )
     group.add_argument(
+        "--grid-candidates",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="drafts verified per slot for K > 0 (--spec-candidates: the top-1 chain plus "
+        "C-1 leaves per depth; 1 = the chain)",
+    )
+    group.add_argument(
         "--backend",
         dest="backends",
         nargs="+",

@@ -40,6 +40,7 @@ class EvalConfig:
             model's draft block size).
         grid_beta: SpecDec top-beta widths.
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
+        grid_candidates: drafts verified per slot (``--spec-candidates``) for K > 0.
         stock_only: time only the stock generator (any fairseq checkpoint).
         backends: SpecDec backends; every SpecDec row runs on each.
         int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
@@ -80,6 +81,7 @@ class EvalConfig:
     grid_auto: bool = False
     grid_beta: Tuple[int, ...] = (1, 3, 5)
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
+    grid_candidates: Tuple[int, ...] = (1,)
     stock_only: bool = False
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
     int8: bool = False
@@ -112,6 +114,7 @@ class DecoderSpec:
         backend: who runs SpecDec's model calls (``--backend``).
         int8: 8-bit weights (SpecDec on onnxruntime; CTranslate2's int8).
         fused_draft: drafts from the verify call (onnxruntime, K > 0).
+        candidates: drafts verified per slot (``--spec-candidates``; 1 = a chain).
     """
 
     kind: str
@@ -123,6 +126,7 @@ class DecoderSpec:
     backend: str = "torch"
     int8: bool = False
     fused_draft: bool = False
+    candidates: int = 1
 
     @property
     def name(self) -> str:
@@ -141,7 +145,8 @@ class DecoderSpec:
             return f"engine greedy{runtime}"
         tau = "" if self.beta == 1 else f" τ={self.tau:g}"
         k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
-        return f"SpecDec {k} β={self.beta}{tau}{runtime}"
+        tree = f" C={self.candidates}" if self.candidates > 1 else ""
+        return f"SpecDec {k}{tree} β={self.beta}{tau}{runtime}"
 
     @property
     def role(self) -> str:
@@ -190,7 +195,8 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
             for fused in (False, True) if cfg.fused_draft and ort else (False,):
                 specs += [dataclasses.replace(spec, backend=backend, int8=int8, fused_draft=fused)
                           for spec in _specdec_grid(cfg, default_k)
-                          if not (fused and spec.k == 0)]  # K=0 drafts nothing
+                          # K=0 drafts nothing; the fused graph drafts chains only
+                          if not (fused and (spec.k == 0 or spec.candidates > 1))]
     return specs
 
 
@@ -201,11 +207,13 @@ def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
     specs.append(ENGINE_GREEDY)
     for k in ks:
-        for beta in cfg.grid_beta if k > 0 else (1,):
-            for tau in (0.0,) if beta == 1 else cfg.grid_tau:
-                spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau))
-                if spec not in specs:
-                    specs.append(spec)
+        for candidates in cfg.grid_candidates if k > 0 else (1,):
+            for beta in cfg.grid_beta if k > 0 else (1,):
+                for tau in (0.0,) if beta == 1 else cfg.grid_tau:
+                    spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau),
+                                       candidates=candidates)
+                    if spec not in specs:
+                        specs.append(spec)
     if cfg.grid_auto:  # K up to the model's draft block size, chosen per iteration
         for beta in cfg.grid_beta:
             for tau in (0.0,) if beta == 1 else cfg.grid_tau:
@@ -230,6 +238,7 @@ def validate(cfg: EvalConfig) -> None:
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)
+    _check_positive("--grid-candidates", cfg.grid_candidates)
     if cfg.max_sentences is not None:
         _check_positive("--max-sentences", [cfg.max_sentences])
     if cfg.warmup_batches < 0:

@@ -107,6 +107,7 @@ def make_row(
         "k_chosen": dict(stats.k_chosen) if stats else None,
         "beta": run.spec.beta,
         "tau": run.spec.tau,
+        "candidates": run.spec.candidates,
         "batch_size": run.batch_size,
         **_timing_fields(run, baseline, engine_greedy),
         "sentences_per_s": num_sentences / seconds,

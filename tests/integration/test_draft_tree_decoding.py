@@ -118,3 +118,20 @@ def test_onnxruntime_tree_equals_the_torch_tree(shipped, onnx_cache):
                                                        fused_draft=True))
     with pytest.raises(UserError, match="--fused-draft"):
         decode_all(fused, model, task, sources[:1], 1)
+
+
+def test_relaxed_tree_decodes_every_sentence(shipped):
+    # beta > 1 takes the other branch of the criterion (top-beta and tau, -inf guard).
+    model, task, sources = shipped
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+
+    rules = LengthRules.from_generation_args(argparse.Namespace(
+        min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
+        max_len_b=SETTINGS["max_len_b"]), model)
+    relaxed = SpecDecGenerator(model, task.target_dictionary,
+                               SpecDecOptions(k=2, beta=3, tau=1.0, candidates=2), rules)
+    outputs = decode_all(relaxed, model, task, sources, 8)
+    eos = task.target_dictionary.eos()
+    assert len(outputs) == len(sources) and all(out[-1] == eos for out in outputs)
+    assert relaxed.stats.mean_accepted_tokens > 1.5

@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 7  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 8  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -227,7 +227,7 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
              "block_positions": {0: "batch", 1: "block"}, **common,
              "candidate_slots": {0: "candidates"},
              **{n: source for n in kv_names("draft", draft_layers)}},
-            {"drafts": {0: "batch", 1: "slots", 2: "candidates"}})
+            {"drafts": {0: "batch", 1: "candidates", 2: "slots"}})
     if not fused:
         return [ENCODER, VERIFY, DRAFT]
     from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph

@@ -274,13 +274,13 @@ class VerifyGraph(nn.Module):
 
 
 class DraftGraph(nn.Module):
-    """The draft head's pass -> (B, K, C') candidates per slot, best first.
+    """The draft head's pass -> (B, C', K) candidates per slot, best first.
 
     Inputs: ``states`` (B, C), ``last_tokens`` (B,), ``block_positions`` (B, K+1)
     (the last token's position, then the K slots'), ``memory_mask``,
     ``candidate_slots`` (C',) whose length is the candidates wanted (1: the
     greedy drafts), and ``draft_key_j``/``draft_value_j`` (B, H, S, D). Output:
-    ``drafts`` (B, K, C'), column 0 the argmax.
+    ``drafts`` (B, C', K), row 0 the argmax.
     """
 
     def __init__(self, head: LeanDraftHead):
@@ -299,7 +299,8 @@ class DraftGraph(nn.Module):
         logits = self.slot_logits(states, last_tokens, block_positions[:, 0],
                                   block_positions.size(1) - 1, memory_mask, cross)
         others = logits.topk(candidate_slots.size(0), dim=-1).indices[..., 1:]
-        return torch.cat([logits.argmax(dim=-1, keepdim=True), others], dim=-1)
+        best_first = torch.cat([logits.argmax(dim=-1, keepdim=True), others], dim=-1)
+        return best_first.transpose(1, 2)  # (B, C', K): flat in verify order
 
     def drafts(self, states: Tensor, last_tokens: Tensor, positions: Tensor, num_slots,
                memory_mask: Tensor, cross) -> Tensor:

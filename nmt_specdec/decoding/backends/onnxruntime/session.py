@@ -239,7 +239,7 @@ class OrtDrafter(Drafter):
         return self.start_state.to(like).expand(batch, -1)
 
     def propose(self, request: DraftRequest) -> Tensor:
-        return self.propose_candidates(request, 1).squeeze(2)
+        return self.propose_candidates(request, 1).squeeze(1)
 
     def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
         assert self.memory is not None
@@ -247,7 +247,7 @@ class OrtDrafter(Drafter):
         last = request.lengths - 1  # (B,) position of the last committed token
         last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
         slots = torch.arange(request.num_slots + 1, device=last.device)
-        drafts = torch.empty(last.numel(), request.num_slots, count, dtype=torch.long)
+        drafts = torch.empty(last.numel(), count, request.num_slots, dtype=torch.long)
         self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
                                         self.memory.mask, _candidate_slots(count),
                                         *self.memory.draft], [drafts])

@@ -81,7 +81,7 @@ class DraftHeadDrafter(Drafter):
         top = logits.topk(count, dim=-1).indices  # (B, K, C)
         # Column 0 is exactly propose()'s argmax, also where ties would order differently.
         top[:, :, 0] = logits.argmax(dim=-1)
-        return top
+        return top.transpose(1, 2).contiguous()  # (B, C, K): flat in verify order
 
     @staticmethod
     def _inputs(request: DraftRequest):

@@ -116,7 +116,10 @@ class LeanVerifier:
             offsets = torch.arange(new, device=tokens.device)
         else:
             offsets = tree.offsets.to(tokens.device)
-            mask = tree_attention_mask(start, new, start_max + new, tree.ancestors)
+            if uniform:  # the causal mask of the new block becomes the ancestors
+                mask[..., start_max:] = tree.ancestors.to(tokens.device)
+            else:
+                mask = tree_attention_mask(start, new, start_max + new, tree.ancestors)
         positions = start.unsqueeze(1) + offsets  # (B, N)
         x = self.embed_inputs(tokens, positions)
         attention = SelfAttention(cache.store, mask)
