@@ -89,6 +89,7 @@ class TranslateConfig:
     spec_k: Optional[str] = None
     spec_beta: int = 1
     spec_tau: float = 0.0
+    spec_candidates: int = 1
     backend: str = DEFAULT_BACKEND
     int8: bool = False
     fused_draft: bool = False
@@ -105,6 +106,8 @@ class TranslateConfig:
             raise UserError(f"--spec-beta must be >= 1, got {self.spec_beta}")
         if not self.spec_tau >= 0:
             raise UserError(f"--spec-tau must be >= 0, got {self.spec_tau}")
+        if self.spec_candidates < 1:
+            raise UserError(f"--spec-candidates must be >= 1, got {self.spec_candidates}")
         if self.beam < 1:
             raise UserError(f"--beam must be >= 1, got {self.beam}")
         if self.batch_size < 1:
@@ -243,7 +246,7 @@ def _build_generator(cfg: TranslateConfig, task, model):
     if hasattr(task.cfg, "spec_decoding"):  # SpecDec options live on the task config
         task.cfg.spec_decoding = cfg.spec_decoding
         task.cfg.spec_k, task.cfg.spec_beta = cfg.spec_k, cfg.spec_beta
-        task.cfg.spec_tau = cfg.spec_tau
+        task.cfg.spec_tau, task.cfg.spec_candidates = cfg.spec_tau, cfg.spec_candidates
         task.cfg.backend, task.cfg.int8 = cfg.backend, cfg.int8
         task.cfg.fused_draft = cfg.fused_draft
     return task.build_generator([model], gen)
@@ -412,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="... and within tau (log-prob) of its top-1",
     )
+    add("--spec-candidates", type=int, default=1,
+        help="drafts verified per slot: the top-1 chain plus C-1 leaves per depth (1 = chain)")
     add("--backend", default=DEFAULT_BACKEND, choices=BACKENDS,
         help="who runs the SpecDec model calls (onnxruntime: CPU graphs exported once "
         "per checkpoint and cached)")
