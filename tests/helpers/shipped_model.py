@@ -24,6 +24,7 @@ import torch
 from nmt_specdec.workflows.quickstart_pretrained import MODEL_DIR, prepare_test_split
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+HAND_WRITTEN = Path(__file__).resolve().parent / "de_sentences.txt"  # 40, no network needed
 SETTINGS = json.loads((MODEL_DIR / "settings.json").read_text(encoding="utf-8"))
 
 
@@ -67,6 +68,16 @@ def encoded_split(out: Path, count: int, task) -> List[torch.Tensor]:
     return [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
                                                add_if_not_exist=False)
             for line in split_lines(out, count)]
+
+
+def hand_written_sources(task, count: int = 40) -> List[torch.Tensor]:
+    """The first ``count`` hand-written German sentences, encoded for the shipped model."""
+    import sentencepiece
+
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()[:count]
+    return [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
+                                               add_if_not_exist=False) for line in lines]
 
 
 def decode_all(generator, model, task, sources, batch_size: int) -> List[List[int]]:

@@ -12,28 +12,19 @@ On the shipped model and 40 hand-written sentences:
 """
 
 import argparse
-from pathlib import Path
 
 import pytest
 import torch
 
 from nmt_specdec.errors import UserError
-from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, decode_all, load_model
-
-SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
+from tests.helpers.shipped_model import SETTINGS, decode_all, hand_written_sources, load_model
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    import sentencepiece
-
     torch.set_num_threads(1)
     model, task = load_model()
-    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
-    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
-                                                  add_if_not_exist=False)
-               for line in SENTENCES.read_text(encoding="utf-8").splitlines()]
-    return model, task, sources
+    return model, task, hand_written_sources(task)
 
 
 def _generator(model, task, k, candidates=1, backend=None):

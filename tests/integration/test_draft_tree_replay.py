@@ -7,30 +7,22 @@ wider trees (which the engine does not decode) trustworthy.
 """
 
 import argparse
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, load_model
-
-SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
+from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_model
 
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_chain_replay_equals_engine_iterations(k):
-    import sentencepiece
-
     from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
     from nmt_specdec.evaluation.draft_trees import greedy_token_ranks, parse_tree, replay
 
     torch.set_num_threads(1)
     model, task = load_model()
-    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
-    lines = SENTENCES.read_text(encoding="utf-8").splitlines()[:16]
-    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
-                                                  add_if_not_exist=False) for line in lines]
+    sources = hand_written_sources(task, 16)
     rules = LengthRules.from_generation_args(argparse.Namespace(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model)

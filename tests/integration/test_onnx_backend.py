@@ -23,7 +23,13 @@ import pytest
 import torch
 
 from nmt_specdec.errors import UserError
-from tests.helpers.shipped_model import MODEL_DIR, SETTINGS, decode_all, load_model
+from tests.helpers.shipped_model import (
+    MODEL_DIR,
+    SETTINGS,
+    decode_all,
+    hand_written_sources,
+    load_model,
+)
 
 pytest.importorskip("onnxruntime")
 
@@ -43,15 +49,9 @@ def onnx_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped(onnx_cache):
-    import sentencepiece
-
     torch.set_num_threads(1)
     model, task = load_model()
-    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
-    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
-                                                  add_if_not_exist=False)
-               for line in SENTENCES.read_text(encoding="utf-8").splitlines()]
-    return model, task, sources
+    return model, task, hand_written_sources(task)
 
 
 @pytest.fixture(scope="module")
