@@ -35,6 +35,8 @@ def main(argv=None) -> int:
                    help="directory with dict.SRC.txt, dict.TGT.txt and spm.model")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--k", type=int, required=True, help="default draft block size")
+    p.add_argument("--candidates", type=int, default=1,
+                   help="drafts per slot the quickstart also measures (--spec-candidates)")
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--corpus", choices=("ding", "gettext"), required=True,
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
         shutil.copyfile(path, args.out / path.name)
     files = sorted(p.name for p in args.out.iterdir()
                    if p.name not in ("README.md", "settings.json"))
-    settings = {"k": args.k, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
+    settings = {"k": args.k, "candidates": args.candidates, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
                 "corpus": args.corpus, "summary": args.summary,
                 "sha256": {name: sha256(args.out / name) for name in files},
                 "bytes": {name: (args.out / name).stat().st_size for name in files}}

@@ -93,6 +93,7 @@ def eval_config(cfg, model_dir: Path, raw_dir: Path):
         ref_file=str(raw_dir / "test.en"), spm_model=str(model_dir / "spm.model"),
         max_sentences=cfg.eval_sentences, beams=(1, 5),
         grid_k=(0, settings["k"]), grid_beta=(1, cfg.relaxed_beta),
+        grid_candidates=tuple(sorted({1, settings.get("candidates", 1)})),
         grid_tau=(cfg.relaxed_tau,), max_len_a=settings["max_len_a"],
         max_len_b=settings["max_len_b"], batch_sizes=(1,), repeats=cfg.repeats,
         warmup_batches=2, threads=1, cpu=True, progress=True, ct2=True,
