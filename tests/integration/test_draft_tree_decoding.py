@@ -126,3 +126,19 @@ def test_relaxed_tree_decodes_every_sentence(shipped):
     eos = task.target_dictionary.eos()
     assert len(outputs) == len(sources) and all(out[-1] == eos for out in outputs)
     assert relaxed.stats.mean_accepted_tokens > 1.5
+
+
+def test_hub_takes_spec_candidates(shipped):
+    # Checkpoints saved before the option lack it: the hub must still apply it.
+    import fairseq_plugins  # noqa: F401
+    from fairseq_plugins.specdec_model import SpecDecTransformerModel
+    from tests.helpers.shipped_model import MODEL_DIR
+
+    options = dict(checkpoint_file="model.pt", data_name_or_path=str(MODEL_DIR),
+                   bpe="sentencepiece", sentencepiece_model=str(MODEL_DIR / "spm.model"),
+                   spec_decoding=True, spec_k="2", backend="torch")
+    tree = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), spec_candidates=2, **options)
+    chain = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), **options)
+    assert tree.task.cfg.spec_candidates == 2
+    sentences = ["Möchten Sie die Änderungen speichern?", "Die Datei wurde nicht gefunden."]
+    assert tree.translate(sentences, beam=1) == chain.translate(sentences, beam=1)
