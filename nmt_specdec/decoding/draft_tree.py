@@ -176,11 +176,13 @@ def _parent_list(depth: int, candidates: int) -> Tuple[int, ...]:
 def _parents(depth: int, candidates: int, device) -> Tensor:
     """(N-1,) the input each node is a prediction of: depth i's nodes hang off the
     chain input at depth i-1."""
-    return _PARENTS.setdefault((depth, candidates, str(device)), torch.tensor(
-        _parent_list(depth, candidates), device=device))
+    key = (depth, candidates, device)
+    if key not in _PARENTS:
+        _PARENTS[key] = torch.tensor(_parent_list(depth, candidates), device=device)
+    return _PARENTS[key]
 
 
-_PARENTS: dict = {}
+_PARENTS: dict = {}  # built once per shape and device (the loop's hot path reads it)
 
 
 def move_leaf_keys(cache: StaticKVCache, start: Tensor, path: Tensor,

@@ -216,7 +216,9 @@ _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
 
 def _candidate_slots(count: int) -> Tensor:
     """(C,): the draft graph returns as many candidates per slot as this is long."""
-    return _CANDIDATE_SLOTS.setdefault(count, torch.arange(count))
+    if count not in _CANDIDATE_SLOTS:  # kept: its binding stays put
+        _CANDIDATE_SLOTS[count] = torch.arange(count)
+    return _CANDIDATE_SLOTS[count]
 
 
 class OrtDrafter(Drafter):
