@@ -7,7 +7,8 @@ given), each reading the verifier's teacher-forced state at the cut
 (:mod:`nmt_specdec.draft_examples`); the verifier's states, the encoder output and
 the shared embeddings are detached, so the draft loss never changes the
 verifier or the encoder, also when both are trained jointly. The two losses are
-logged separately, with the draft head's accuracy over all slots and on slot 1.
+logged separately, with the draft head's accuracy over all slots and on slot 1
+(and, with a refinement pass, its teacher-forced accuracy ``refine_acc``).
 """
 
 
@@ -87,6 +88,7 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
             "draft_correct1": draft["correct1"],
             "draft_total": draft["total"],
             "draft_total1": draft["total1"],
+            "refine_correct": draft.get("refine_correct", 0),
             "ntokens": sample["ntokens"],
             "nsentences": sample["target"].size(0),
             "sample_size": sample_size,
@@ -112,25 +114,30 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         # Detached: the draft loss trains the head alone, never the shared encoder.
         memory = {"encoder_out": [encoder_out["encoder_out"][0].detach()],
                   "encoder_padding_mask": encoder_out["encoder_padding_mask"]}
-        logits = head(inputs, cuts.last_tokens, cuts.positions, memory,
-                      model.draft_block_size, rows=cuts.rows)  # (N, K, V)
-        lprobs = F.log_softmax(logits.float(), dim=-1)
+        # The refinement pass (if any) is teacher-forced: slot j reads the true
+        # token before it, the only case in which slot j can be accepted.
+        first, refined = head.forward_refined(inputs, cuts.last_tokens, cuts.positions, memory,
+                                              model.draft_block_size, rows=cuts.rows,
+                                              slot_tokens=cuts.target)  # (N, K, V)
         valid = cuts.target.ne(self.padding_idx)  # (N, K)
         # Tokens outside a cut draft vocabulary cannot be drafted: no loss, but
         # they still count as misses in the accuracies.
-        learnable = valid & cuts.target.lt(lprobs.size(-1))
-        loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)),
-                          cuts.target.masked_fill(~learnable, self.padding_idx).view(-1),
-                          ignore_index=self.padding_idx, reduction="sum")
-        hits = (lprobs.argmax(-1) == cuts.target) & valid
-        return {
-            "loss": loss,
-            "tokens": int(learnable.sum()),
-            "correct": int(hits.sum()),
-            "correct1": int(hits[:, 0].sum()),
-            "total1": int(valid[:, 0].sum()),
-            "total": int(valid.sum()),
-        }
+        learnable = valid & cuts.target.lt(first.size(-1))
+        target = cuts.target.masked_fill(~learnable, self.padding_idx).view(-1)
+        out = {"tokens": int(learnable.sum()), "total1": int(valid[:, 0].sum()),
+               "total": int(valid.sum())}
+        for name, logits in (("", first), ("refine_", refined)):
+            if logits is None:
+                continue
+            lprobs = F.log_softmax(logits.float(), dim=-1)
+            hits = (lprobs.argmax(-1) == cuts.target) & valid
+            out[name + "loss"] = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target,
+                                            ignore_index=self.padding_idx, reduction="sum")
+            out[name + "correct"] = int(hits.sum())
+            out[name + "correct1"] = int(hits[:, 0].sum())
+        if refined is not None:
+            out["loss"] = out["loss"] + out.pop("refine_loss")
+        return out
 
     def _verifier_states(self, model, target, encoder_out):
         shifted = torch.cat([target.new_full((target.size(0), 1), self.bos), target[:, :-1]], 1)
@@ -157,6 +164,9 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         metrics.log_scalar("draft_total", total("draft_total"))
         metrics.log_derived("draft_acc", lambda m: _percent(m, "draft_correct", "draft_total"))
         metrics.log_derived("draft_acc1", lambda m: _percent(m, "draft_correct1", "draft_total1"))
+        if total("refine_correct"):  # teacher-forced: slot j given the true tokens before it
+            metrics.log_scalar("refine_correct", total("refine_correct"))
+            metrics.log_derived("refine_acc", lambda m: _percent(m, "refine_correct", "draft_total"))
 
 
 @contextlib.contextmanager

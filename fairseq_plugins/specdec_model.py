@@ -36,6 +36,12 @@ class SpecDecTransformerModel(TransformerModel):
                             help="draft only the N most frequent tokens (the first N "
                                  "dictionary ids; 0 = all); the verifier still checks "
                                  "against the full vocabulary, so output is unchanged")
+        parser.add_argument("--draft-refine-layers", type=int, metavar="N",
+                            help="layers of a causal refinement pass in which each slot "
+                                 "reads the draft before it (0 = none)")
+        parser.add_argument("--draft-refine-steps", type=int, metavar="R",
+                            help="times decoding runs the refinement pass (K-1 makes the "
+                                 "drafts those of an autoregressive drafter)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -44,7 +50,8 @@ class SpecDecTransformerModel(TransformerModel):
             raise ValueError(f"--draft-block-size must be >= 1, got {args.draft_block_size}")
         model = super().build_model(args, task)
         model.draft_head = DraftHead(model.decoder, args.draft_layers, args.untie_draft_output,
-                                     args.draft_vocab_size)
+                                     args.draft_vocab_size, args.draft_refine_layers,
+                                     args.draft_refine_steps)
         model.draft_block_size = args.draft_block_size
         return model
 
@@ -90,6 +97,8 @@ def _draft_defaults(args, block_size: int) -> None:
     args.draft_block_size = getattr(args, "draft_block_size", block_size)
     args.untie_draft_output = getattr(args, "untie_draft_output", False)
     args.draft_vocab_size = getattr(args, "draft_vocab_size", 0)
+    args.draft_refine_layers = getattr(args, "draft_refine_layers", 0)
+    args.draft_refine_steps = getattr(args, "draft_refine_steps", 1)
 
 
 @register_model_architecture("specdec_transformer", "specdec_transformer")

@@ -100,6 +100,12 @@ class TranslationSpecDecConfig(TranslationConfig):
         metadata={"help": "initialise encoder and verifier from a stock fairseq "
                           "transformer checkpoint (the draft head starts fresh)"},
     )
+    init_draft_head_from: Optional[str] = field(
+        default=None,
+        metadata={"help": "start the draft head from this checkpoint's head (same verifier "
+                          "and draft vocabulary); parts it lacks, e.g. refinement layers, "
+                          "start fresh"},
+    )
     freeze_verifier: bool = field(
         default=False,
         metadata={"help": "train only the draft head; encoder/verifier weights stay "
@@ -162,6 +168,8 @@ class TranslationSpecDecTask(TranslationTask):
         model = super().build_model(cfg, from_checkpoint)
         if self.cfg.init_from_ar_checkpoint and not from_checkpoint:
             _load_ar_weights(model, self.cfg.init_from_ar_checkpoint)
+        if self.cfg.init_draft_head_from and not from_checkpoint:
+            _load_head_weights(model, self.cfg.init_draft_head_from)
         if self.cfg.freeze_verifier:
             if not hasattr(model, "freeze_verifier"):
                 raise UserError("--freeze-verifier needs --arch specdec_transformer*")
@@ -209,3 +217,29 @@ def _load_ar_weights(model, path: str) -> None:
             f"(missing {not_draft[:3]}, unexpected {list(unexpected)[:3]})"
         )
     logger.info("initialised encoder and verifier from %s", path)
+
+
+def _load_head_weights(model, path: str) -> None:
+    """Copies a trained draft head's weights into the model's (a warm start)."""
+    if not os.path.exists(path):
+        raise UserError(f"--init-draft-head-from: no such file {path}")
+    if not hasattr(model, "draft_head"):
+        raise UserError("--init-draft-head-from needs --arch specdec_transformer*")
+    weights = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    prefix = "draft_head."
+    head = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    if not head:
+        raise UserError(f"--init-draft-head-from {path} has no draft head")
+    try:
+        missing, unexpected = model.draft_head.load_state_dict(head, strict=False)
+    except RuntimeError as err:  # shapes differ: another verifier or draft vocabulary
+        raise UserError(f"--init-draft-head-from {path} does not fit this head "
+                        f"({str(err).splitlines()[-1].strip()})") from None
+    # Only the refinement pass may start fresh: a first pass of another depth
+    # would be half copied.
+    unfit = list(unexpected) + [k for k in missing if not k.startswith("refine_")]
+    if unfit:
+        raise UserError(f"--init-draft-head-from {path} does not fit this head "
+                        f"(parts that differ: {unfit[:3]})")
+    logger.info("draft head from %s (%d tensors fresh: %s)", path, len(missing),
+                sorted({k.split(".")[0] for k in missing}) or "none")

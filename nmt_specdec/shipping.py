@@ -37,6 +37,7 @@ def plain_config(cfg: Any) -> Any:
 # fairseq would try to import a ``user_dir`` that does not exist there.
 # Each is reset to fairseq's (or our task's) default.
 _LOCAL_PATHS = {("common", "user_dir"): None, ("task", "init_from_ar_checkpoint"): None,
+                ("task", "init_draft_head_from"): None,
                 ("task", "distill_data"): None, ("checkpoint", "save_dir"): "checkpoints",
                 ("checkpoint", "restore_file"): "checkpoint_last.pt", ("task", "data"): "."}
 

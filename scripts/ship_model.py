@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, required=True, help="default draft block size")
     p.add_argument("--candidates", type=int, default=1,
                    help="drafts per slot the quickstart also measures (--spec-candidates)")
+    p.add_argument("--refine-steps", type=int, default=None,
+                   help="runs of the head's refinement pass stored in the checkpoint "
+                   "(default: as trained)")
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--corpus", choices=("ding", "gettext"), required=True,
@@ -48,7 +51,10 @@ def main(argv=None) -> int:
                    help="one or two sentences on the model for the quickstart report")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    save_compact(load_checkpoint(str(args.checkpoint)), args.out / "model.pt")
+    state = load_checkpoint(str(args.checkpoint))
+    if args.refine_steps is not None:
+        set_refine_steps(state, args.refine_steps)
+    save_compact(state, args.out / "model.pt")
     for path in sorted(args.dictionaries.glob("dict.*.txt")) + [args.dictionaries / "spm.model"]:
         shutil.copyfile(path, args.out / path.name)
     files = sorted(p.name for p in args.out.iterdir()
@@ -63,6 +69,20 @@ def main(argv=None) -> int:
     for name in files:
         print(f"| {name} | {settings['bytes'][name]} | `{settings['sha256'][name]}` |")
     return 0
+
+
+def set_refine_steps(state: dict, steps: int) -> None:
+    """Stores ``steps`` as the checkpoint's ``--draft-refine-steps``."""
+    model_cfg = (state.get("cfg") or {}).get("model")
+    if not getattr(model_cfg, "draft_refine_layers", None) and not (
+            isinstance(model_cfg, dict) and model_cfg.get("draft_refine_layers")):
+        raise SystemExit("error: --refine-steps: this head has no refinement layers")
+    if steps < 1:
+        raise SystemExit("error: --refine-steps must be >= 1")
+    if isinstance(model_cfg, dict):
+        model_cfg["draft_refine_steps"] = steps
+    else:
+        model_cfg.draft_refine_steps = steps
 
 
 def heldout_packages(data_card: Path) -> dict:

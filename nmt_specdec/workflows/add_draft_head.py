@@ -56,6 +56,10 @@ class AddHeadConfig:
         k: draft block size K the head is trained for (decoding may use less).
         layers: draft-head layers.
         vocab_size: draft vocabulary (most frequent ids; 0 = full).
+        refine_layers: layers of the causal refinement pass (0 = none).
+        refine_steps: times decoding runs it.
+        init_head: start the head from this trained head (same verifier);
+            parts it lacks (e.g. refinement layers) start fresh.
         cuts: training blocks per sentence.
         beam: beam of the distillation (1 = the verifier's greedy output).
         budget_minutes: wall-clock limit of the training step.
@@ -72,11 +76,15 @@ class AddHeadConfig:
     checkpoint: Path
     data: Path
     out: Path
-    # Defaults: the settings that won at equal CPU budgets on the gettext
-    # verifier (README "Draft heads"): K=4, one layer, 4,000 draft ids, lr 2e-3.
+    # Defaults: the settings that won on the gettext verifier (README "Draft
+    # heads"): K=4, one layer, 4,000 draft ids, lr 2e-3, one refinement layer
+    # run once (K=2 decoding: slot 2 reads slot 1's draft).
     k: int = 4
     layers: int = 1
     vocab_size: int = 4000
+    refine_layers: int = 1
+    refine_steps: int = 1
+    init_head: Path | None = None
     cuts: int = 4
     beam: int = 1
     budget_minutes: float = 50.0
@@ -97,6 +105,12 @@ class AddHeadConfig:
                             ("--beam", self.beam), ("--threads", self.threads)):
             if value < 1:
                 raise RecipeError(f"{flag} must be >= 1, got {value}")
+        if self.refine_layers < 0:
+            raise RecipeError(f"--refine-layers must be >= 0, got {self.refine_layers}")
+        if self.refine_steps < 1:
+            raise RecipeError(f"--refine-steps must be >= 1, got {self.refine_steps}")
+        if self.init_head is not None and not self.init_head.is_file():
+            raise RecipeError(f"--init-head {self.init_head} does not exist")
         if self.budget_minutes <= 0:
             raise RecipeError("--budget-minutes must be > 0")
         if self.extra_source is not None:
@@ -166,6 +180,9 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
         "--arch", "specdec_transformer", *verifier_arch_flags(model_args),
         "--draft-layers", str(cfg.layers), "--draft-block-size", str(cfg.k),
         "--draft-vocab-size", str(cfg.vocab_size),
+        "--draft-refine-layers", str(cfg.refine_layers),
+        "--draft-refine-steps", str(cfg.refine_steps),
+        *(["--init-draft-head-from", str(cfg.init_head.resolve())] if cfg.init_head else []),
         "--init-from-ar-checkpoint", str(cfg.checkpoint.resolve()), "--freeze-verifier",
         "--criterion", "specdec_joint_loss", "--label-smoothing", "0.1",
         "--draft-cuts", str(cfg.cuts),
@@ -272,12 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stock fairseq transformer checkpoint (the verifier)")
     p.add_argument("--data", type=Path, required=True, help="its binarized data directory")
     p.add_argument("--out", type=Path, required=True, help="working/output directory")
-    for name in ("k", "layers", "vocab_size", "cuts", "beam", "max_tokens", "threads",
+    for name in ("k", "layers", "vocab_size", "refine_layers", "refine_steps", "cuts", "beam", "max_tokens", "threads",
                  "valid_sentences"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
     p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
                    help="wall-clock limit of the training step")
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--init-head", type=Path, default=None,
+                   help="start the head from this trained head on the same verifier "
+                   "(e.g. to add refinement layers); new parts start fresh")
     p.add_argument("--extra-source", type=Path, default=None,
                    help="monolingual source text (one sentence per line) whose verifier "
                    "translations are added to the head's training data")

@@ -10,7 +10,7 @@ search.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -53,12 +53,14 @@ def _decode_all(generator, model, dataset, count: int, batch_size: int) -> List[
 
 
 def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
-                      sentences: int, threads: int, batch_size: int = 32) -> Dict:
+                      sentences: int, threads: int, batch_size: int = 32,
+                      refine_steps: Optional[int] = None) -> Dict:
     """Decodes the first ``sentences`` of ``split`` with beta=1 for each K in ``ks``.
 
     The reference is fairseq's own greedy search (``SequenceGenerator``, beam 1,
     same length rules and batches), not the engine's K=0: agreement with it is
-    what beta=1 promises.
+    what beta=1 promises. ``refine_steps`` overrides the checkpoint's number of
+    refinement runs (a head without refinement layers ignores it).
 
     Returns:
         ``{"split", "sentences", "reference", "rows": [{"k", "tokens_per_iteration",
@@ -77,6 +79,9 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(checkpoint)], arg_overrides={"data": str(data)})
     model = models[0].eval()
+    head = model.draft_head
+    if refine_steps is not None and len(head.refine_layers):
+        head.refine_steps = refine_steps
     task.load_dataset(split)
     dataset = task.dataset(split)
     count = min(sentences, len(dataset))
@@ -95,13 +100,15 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
                          round(oracle_tokens_per_iteration(lengths, k), 3),
                      "slot_acceptance": [round(a, 3) for a in stats.slot_acceptance()],
                      "same_as_greedy": sum(a == b for a, b in zip(tokens, greedy))})
-    return {"split": split, "sentences": count,
+    return {"split": split, "sentences": count, "refine_steps": head.refine_steps,
             "reference": "fairseq SequenceGenerator, beam 1", "rows": rows}
 
 
 def format_report(report: Dict) -> str:
     """A markdown table of :func:`acceptance_report`'s rows."""
-    lines = [f"{report['split']}: {report['sentences']} sentences, beta=1; "
+    refine = (f"refinement run {report['refine_steps']} times; "
+              if report.get("refine_steps") else "")
+    lines = [f"{report['split']}: {report['sentences']} sentences, beta=1; {refine}"
              f"= greedy: same output as {report.get('reference', 'greedy')}",
              "| K | tokens/iteration | oracle at K | = greedy | acceptance per slot |",
              "|---:|---:|---:|---:|---|"]
@@ -111,3 +118,76 @@ def format_report(report: Dict) -> str:
                      f"{row.get('oracle_tokens_per_iteration', float('nan')):.2f} | "
                      f"{row['same_as_greedy']} | {slots} |")
     return "\n".join(lines)
+
+
+def plot_acceptance(reports: List[Dict], path: Path) -> None:
+    """Acceptance per slot at each report's largest K (tokens per iteration and
+    the oracle in the legend), one line per report."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for report in reports:
+        row = max(report["rows"], key=lambda r: r["k"])
+        head = Path(report["checkpoint"]).parent.name or report["checkpoint"]
+        refine = (f", refinement x{report['refine_steps']}" if report.get("refine_steps")
+                  else "")
+        slots = range(1, len(row["slot_acceptance"]) + 1)
+        ax.plot(slots, row["slot_acceptance"], marker="o",
+                label=f"{head}{refine}: {row['tokens_per_iteration']:.2f} tok/iter "
+                      f"(oracle {row['oracle_tokens_per_iteration']:.2f})")
+    ax.set_xlabel("draft slot")
+    ax.set_ylabel("acceptance (β=1, before EOS)")
+    ax.set_xticks(list(slots))
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{reports[0]['split']}: {reports[0]['sentences']} sentences, K={row['k']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``scripts/head_acceptance.py``: acceptance tables of a head, one per
+    ``--refine-steps`` value, printed and (``--out``) saved as JSON."""
+    import json
+
+    from nmt_specdec.data.steps import OneLineParser, atomic_text, report_user_errors
+
+    parser = OneLineParser(description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, nargs="+", required=True,
+                        help="one or more heads on the same verifier")
+    parser.add_argument("--data", type=Path, required=True, help="binarized data directory")
+    parser.add_argument("--split", default="valid")
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--refine-steps", type=int, nargs="*", default=[None],
+                        help="refinement runs to report (default: the checkpoint's)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file for the reports")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="PNG: acceptance per slot at the largest K, one line per report")
+    args = parser.parse_args(argv)
+
+    def run() -> None:
+        for path in args.checkpoint:
+            if not path.is_file():
+                raise UserError(f"--checkpoint {path} does not exist")
+        reports = []
+        for path in args.checkpoint:
+            for steps in args.refine_steps:
+                report = acceptance_report(path, args.data, args.split, args.k,
+                                           args.sentences, args.threads, refine_steps=steps)
+                report["checkpoint"] = str(path)
+                print(f"{path}\n{format_report(report)}", flush=True)
+                reports.append(report)
+        if args.out is not None:
+            with atomic_text(args.out) as handle:
+                json.dump({"reports": reports}, handle, indent=1)
+        if args.plot is not None:
+            plot_acceptance(reports, args.plot)
+
+    return report_user_errors(run)

@@ -90,3 +90,14 @@ def decode_all(generator, model, task, sources, batch_size: int) -> List[List[in
         for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
             outputs[i] = hyps[0]["tokens"].tolist()
     return [outputs[i] for i in range(len(sources))]
+
+
+def assert_same_decoding(ours, theirs, model, task, sources) -> None:
+    """Two generators give the same tokens and take the same iterations, sentence
+    by sentence at batch 1 (e.g. a graph backend against the torch passes)."""
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    for index in range(len(sources)):
+        sample = dataset.collater([dataset[index]])
+        a, b = (g.generate([model], sample)[0][0] for g in (ours, theirs))
+        assert torch.equal(a["tokens"], b["tokens"]), index
+        assert a["iterations"] == b["iterations"], index

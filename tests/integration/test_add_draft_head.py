@@ -38,6 +38,8 @@ def test_verifier_is_bit_identical(added) -> None:
     for name, value in stock.items():
         assert torch.equal(joint["model"][name], value), name
     assert any(name.startswith("draft_head.") for name in joint["model"])
+    # The default head refines its drafts (slots read the draft before them).
+    assert any(name.startswith("draft_head.refine_layers.0.") for name in joint["model"])
 
 
 def test_distilled_targets_are_the_verifiers_greedy_output_in_order(added) -> None:

@@ -17,7 +17,13 @@ import pytest
 import torch
 
 from nmt_specdec.errors import UserError
-from tests.helpers.shipped_model import SETTINGS, decode_all, hand_written_sources, load_model
+from tests.helpers.shipped_model import (
+    SETTINGS,
+    assert_same_decoding,
+    decode_all,
+    hand_written_sources,
+    load_model,
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +101,8 @@ def test_onnxruntime_tree_equals_the_torch_tree(shipped, onnx_cache):
     model, task, sources = shipped
     dictionary = task.target_dictionary
     fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
-    torch_tree, ort_tree = _generator(model, task, 2, 2), _generator(model, task, 2, 2, fp32)
-    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
-    for index in range(len(sources)):
-        sample = dataset.collater([dataset[index]])
-        ours, theirs = (g.generate([model], sample)[0][0] for g in (ort_tree, torch_tree))
-        assert torch.equal(ours["tokens"], theirs["tokens"]), index
-        assert ours["iterations"] == theirs["iterations"], index
+    assert_same_decoding(_generator(model, task, 2, 2, fp32), _generator(model, task, 2, 2),
+                         model, task, sources)
     greedy = decode_all(_generator(model, task, 0), model, task, sources, 8)
     default = _generator(model, task, 4, 2, make_backend("onnxruntime", model, dictionary))
     assert decode_all(default, model, task, sources, 8) == greedy

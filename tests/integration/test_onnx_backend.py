@@ -230,7 +230,7 @@ def test_int8_stays_close_to_fp32(shipped, backends):
     fp32, int8 = (decode_all(_generator(model, task, 0, backends[q]), model, task, sources, 8)
                   for q in (False, True))
     assert sum(a == b for a, b in zip(fp32, int8)) >= 0.8 * len(fp32)
-    assert backends[True].directory.name == "int8"
+    assert backends[True].directory.name.split("-")[0] == "int8"
 
 
 def test_corrupt_or_stale_cache_is_rebuilt(tmp_path, caplog):

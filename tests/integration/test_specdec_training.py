@@ -131,6 +131,36 @@ def test_freeze_verifier_trains_only_the_draft_head(
     assert len(changed) >= len(draft) // 2, (changed, draft)
 
 
+def test_refinement_layers_train_onto_a_trained_head(
+    tmp_path: Path, toy_data_bin: Path, tiny_transformer_ckpt: Path
+) -> None:
+    # A head trained first, then a refinement layer added with
+    # --init-draft-head-from: the first pass starts from the trained head (at a
+    # tiny learning rate it stays there), the refinement starts fresh and learns
+    # (teacher-forced accuracy logged as refine_acc), the verifier never moves.
+    frozen = ("--init-from-ar-checkpoint", tiny_transformer_ckpt, "--freeze-verifier")
+    first = train_tiny(toy_data_bin, tmp_path / "first", arch="specdec_transformer",
+                       max_update=3, model_args=TINY_SPECDEC_ARGS,
+                       extra_args=(*SPECDEC_TASK_ARGS, *frozen))
+    refined = train_tiny(
+        toy_data_bin, tmp_path / "refined", arch="specdec_transformer", max_update=3,
+        model_args=(*TINY_SPECDEC_ARGS, "--draft-refine-layers", "1",
+                    "--draft-refine-steps", "2"),
+        extra_args=(*SPECDEC_TASK_ARGS, *frozen, "--init-draft-head-from", first,
+                    "--lr", "1e-9", "--log-interval", "1", "--log-format", "json"))
+    log = (refined.parent / "train.log").read_text()
+    assert "fresh: ['refine_layers']" in log, log[-2000:]
+    inner = [stats for tag, stats in json_log_records(log) if tag == "train_inner"]
+    assert inner and all(0 <= r["refine_acc"] <= 100 for r in inner), inner
+    before, after = (load_checkpoint(p)["model"] for p in (first, refined))
+    for key, value in before.items():  # verifier and first pass
+        assert torch.allclose(after[key].float(), value.float(), atol=1e-5), key
+    assert any(k.startswith("draft_head.refine_layers.0.") for k in after)
+    model_cfg = load_checkpoint(refined)["cfg"]["model"]
+    assert (model_cfg["draft_refine_steps"] if isinstance(model_cfg, dict)
+            else model_cfg.draft_refine_steps) == 2
+
+
 # ------------------------------------------------------------- (c) resuming
 
 

@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 8  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 9  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -103,15 +103,19 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
 
     digest = weights_sha256(model)
     int8_draft = int8_draft and not int8
+    refine_steps, shortlist = _refine(model)
     variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
-               + ("-int8draft" if int8_draft else ""))
+               + ("-int8draft" if int8_draft else "")
+               + (f"-refine{refine_steps}x{shortlist}" if refine_steps else ""))
     directory = (root or cache_root()) / digest / variant
     # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
                 "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
                 "pad": pad, "eos": eos,
-                "draft_head": hasattr(model, "draft_head")}
+                "draft_head": hasattr(model, "draft_head"),
+                # Unrolled into the draft graph, and not a weight.
+                "refine": list(_refine(model))}
     if _is_valid(directory, identity):
         return directory
     if directory.exists():
@@ -144,6 +148,14 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return directory
+
+
+def _refine(model: nn.Module) -> tuple:
+    """(runs, shortlist) of the head's refinement: unrolled into the draft graph,
+    so they name its cache variant (they are settings, not weights)."""
+    head = getattr(model, "draft_head", None)
+    steps = getattr(head, "refine_steps", 0)
+    return (steps, head.refine_shortlist) if steps else (0, 0)
 
 
 def _is_valid(directory: Path, identity: Dict) -> bool:

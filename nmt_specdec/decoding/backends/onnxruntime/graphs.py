@@ -38,6 +38,7 @@ from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.backends.torch.layers import CrossKV, LayerWeights, Norm, cross_kv
 from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier, encoder_memory
 from nmt_specdec.decoding.positions import PositionTable
+from nmt_specdec.draft_head import shortlist_logits
 
 
 def kv_names(prefix: str, layers: int) -> List[str]:
@@ -313,11 +314,29 @@ class DraftGraph(nn.Module):
         """(B, K, V) the head's logits at the K slots, pad excluded."""
         lean = self.lean
         x = self.head.block_inputs(states, last_tokens, positions, num_slots, lean.positions)
-        for index, weights in enumerate(lean.layers):
+        x = self._layers(x, range(lean.first_layers), None, lean.final_norm, memory_mask, cross)
+        first = logits = torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
+        head = self.head
+        if head.refine_steps:
+            block = arange_like(x, 1)
+            causal = block.view(-1, 1) >= block.view(1, -1)  # (K+1, K+1)
+            shortlist = (first.topk(min(head.refine_shortlist, first.size(-1)), dim=-1).indices
+                         if head.refine_shortlist else None)
+        for _ in range(head.refine_steps):  # unrolled: one call either way
+            y = head.refine_inputs(x, last_tokens, logits.argmax(dim=-1))
+            y = self._layers(y, range(lean.first_layers, len(lean.layers)), causal,
+                             lean.refine_norm, memory_mask, cross)
+            logits = (torch.matmul(y[:, 1:], lean.output_t) + self.pad_bias
+                      if shortlist is None else
+                      shortlist_logits(y[:, 1:], lean.output_w, shortlist, first))
+        return logits
+
+    def _layers(self, x: Tensor, indices: range, mask, norm, memory_mask: Tensor,
+                cross) -> Tensor:
+        for index in indices:
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
-            x = graph_layer(weights, x, _no_cache, None, memory)
-        x = _norm_if(True, x, lean.final_norm)
-        return torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
+            x = graph_layer(self.lean.layers[index], x, _no_cache, mask, memory)
+        return _norm_if(True, x, norm)
 
 
 def _no_cache(key: Tensor, value: Tensor):

@@ -345,7 +345,7 @@ class OrtBackend(Backend):
                                      fused=self.fused_draft, int8_draft=self.int8_draft)
         self.directory = directory
         head = getattr(self.model, "draft_head", None)
-        draft_layers = len(head.layers) if head is not None else 0
+        draft_layers = head.source_layers if head is not None else 0
 
         def session(name: str) -> Optional[GraphSession]:
             if not (directory / name).exists():
@@ -377,7 +377,7 @@ class OrtBackend(Backend):
         batch, source = src.shape
         head_dim = self.dim // self.heads
         mask = torch.empty(batch, 1, 1, source, dtype=torch.bool)
-        draft_layers = len(self.model.draft_head.layers) if self.draft_session else 0
+        draft_layers = self.model.draft_head.source_layers if self.draft_session else 0
         kv = [torch.empty(batch, self.heads, source, head_dim)
               for _ in range(2 * (self.layers + draft_layers))]
         self.first_drafts = None

@@ -1,4 +1,5 @@
-"""The draft head as a lean pass: K+1 positions, bidirectional, no cache.
+"""The draft head as a lean pass: K+1 positions, bidirectional, no cache (then,
+for a head with refinement layers, ``refine_steps`` causal refinement passes).
 
 Same weights and arithmetic as :meth:`nmt_specdec.draft_head.DraftHead.forward`
 (tested equal), with the encoder keys/values of its layers computed once per
@@ -25,7 +26,7 @@ from nmt_specdec.decoding.backends.torch.layers import (
 )
 from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, encoder_memory
 from nmt_specdec.decoding.positions import PositionTable
-from nmt_specdec.draft_head import DraftHead
+from nmt_specdec.draft_head import DraftHead, shortlist_logits
 
 
 def _no_cache(layer: int, key: Tensor, value: Tensor):
@@ -45,8 +46,16 @@ class LeanDraftHead:
         verifier = head.verifier
         self.positions = (None if verifier.embed_positions is None else
                           PositionTable(verifier.embed_positions, 2 * verifier.max_positions()))
-        self.layers = [layer_weights(layer) for layer in head.layers]
-        self.output_t = head.output_weight().detach().t().contiguous()  # (C, V)
+        # First pass, then refinement: every layer that reads the source, in
+        # the order of the encoder's draft keys/values.
+        refine = head.refine_layers if head.refine_steps else []
+        self.layers = [layer_weights(layer) for layer in (*head.layers, *refine)]
+        self.first_layers = len(head.layers)
+        self.refine_norm = None if head.refine_norm is None else (
+            head.refine_norm.weight.detach(), head.refine_norm.bias.detach(),
+            head.refine_norm.eps)
+        self.output_w = head.output_weight().detach()  # (V, C)
+        self.output_t = self.output_w.t().contiguous()  # (C, V)
         norm = head.layer_norm
         self.final_norm = None if norm is None else (norm.weight.detach(), norm.bias.detach(),
                                                      norm.eps)
@@ -75,11 +84,30 @@ class LeanDraftHead:
                     num_slots: int) -> Tensor:
         """(B, K, V) the head's logits at the K slots, pad excluded (``-inf``)."""
         x = self.head.block_inputs(states, last_tokens, positions, num_slots, self.positions)
-        attention = SelfAttention(_no_cache, None)
-        for index, weights in enumerate(self.layers):
-            x = layer_pass(weights, index, x, attention, self.cross[index])
-        if self.final_norm is not None:
-            x = F.layer_norm(x, x.shape[-1:], *self.final_norm)
+        x = self._layers(x, range(self.first_layers), SelfAttention(_no_cache, None),
+                         self.final_norm)
+        first = logits = self._project(x)
+        head = self.head
+        if head.refine_steps:
+            block = torch.arange(num_slots + 1, device=x.device)
+            causal = SelfAttention(_no_cache, block.view(-1, 1) >= block.view(1, -1))
+            shortlist = (first.topk(min(head.refine_shortlist, first.size(-1)), dim=-1).indices
+                         if head.refine_shortlist else None)
+        for _ in range(head.refine_steps):
+            y = head.refine_inputs(x, last_tokens, logits.argmax(dim=-1))
+            y = self._layers(y, range(self.first_layers, len(self.layers)), causal,
+                             self.refine_norm)
+            logits = (self._project(y) if shortlist is None else
+                      shortlist_logits(y[:, 1:], self.output_w, shortlist, first))
+        return logits
+
+    def _layers(self, x: Tensor, indices: range, attention: SelfAttention, norm) -> Tensor:
+        for index in indices:
+            x = layer_pass(self.layers[index], index, x, attention, self.cross[index])
+        return x if norm is None else F.layer_norm(x, x.shape[-1:], *norm)
+
+    def _project(self, x: Tensor) -> Tensor:
+        """(B, K, V) logits of the slot rows of ``x`` (B, K+1, C), pad excluded."""
         slots = x[:, 1:]  # (B, K, C)
         logits = torch.mm(slots.reshape(-1, slots.size(-1)), self.output_t).view(
             *slots.shape[:-1], -1)  # (B, K, V)

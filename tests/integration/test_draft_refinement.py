@@ -1,0 +1,160 @@
+"""Slots that see each other: the draft head's causal refinement pass (issue #21).
+
+On the shipped model (its verifier and first pass; a refinement layer added
+fresh when the shipped head has none), 40 hand-written sentences:
+- the refinement is causal: slot j's logits never read the tokens of slot j
+  and later, so teacher forcing in training cannot leak the answer;
+- the lean torch pass equals the reference module run step by step, and K runs
+  of the refinement reach a fixed point (the drafts of an autoregressive
+  drafter);
+- beta=1 output equals greedy with a refined head, on torch and on
+  onnxruntime, and the onnxruntime draft graph (refinement unrolled) drafts
+  as the torch pass does: same iterations, sentence by sentence;
+- ``--init-draft-head-from`` copies a trained head and refuses one that does
+  not fit, in one line.
+"""
+
+import pytest
+import torch
+
+from nmt_specdec.draft_head import DraftHead
+from nmt_specdec.errors import UserError
+from tests.helpers.shipped_model import (
+    MODEL_DIR,
+    assert_same_decoding,
+    decode_all,
+    hand_written_sources,
+    load_model,
+)
+from tests.integration.test_draft_tree_decoding import _generator, onnx_cache  # noqa: F401
+
+K = 3
+
+
+def with_refinement(model, steps: int = 1):
+    """The model with a refining head (the shipped head's first pass, kept)."""
+    head = model.draft_head
+    if len(head.refine_layers):
+        head.refine_steps = steps
+        return model
+    torch.manual_seed(0)
+    refined = DraftHead(model.decoder, len(head.layers), head.output_projection is not None,
+                        head.vocab_size, refine_layers=1, refine_steps=steps)
+    missing, unexpected = refined.load_state_dict(head.state_dict(), strict=False)
+    assert not unexpected and all(key.startswith("refine_") for key in missing)
+    model.draft_head = refined.eval()
+    return model
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    torch.set_num_threads(1)
+    model, task = load_model()
+    return with_refinement(model), task, hand_written_sources(task)
+
+
+def _block(model, task, sources):
+    """Head inputs for the first two sentences: states, last tokens, positions, encoder out."""
+    dataset = task.build_dataset_for_inference(sources[:2], [len(s) for s in sources[:2]])
+    sample = dataset.collater([dataset[0], dataset[1]])["net_input"]
+    with torch.no_grad():
+        encoder_out = model.encoder(sample["src_tokens"], src_lengths=sample["src_lengths"])
+    torch.manual_seed(1)
+    return (torch.randn(2, model.decoder.embed_dim), torch.tensor([20, 30]),
+            torch.tensor([3, 5]), encoder_out)
+
+
+def test_refinement_never_reads_the_slot_it_predicts(shipped):
+    model, task, sources = shipped
+    states, last, positions, encoder_out = _block(model, task, sources)
+    head = model.draft_head
+    tokens = torch.randint(4, 4000, (2, K))
+    with torch.no_grad():
+        _, before = head.forward_refined(states, last, positions, encoder_out, K,
+                                         slot_tokens=tokens)
+        for slot in range(K):  # slot index i reads last and tokens[:, :i] only
+            changed = tokens.clone()
+            changed[:, slot:] = torch.randint(4, 4000, (2, K - slot))
+            _, after = head.forward_refined(states, last, positions, encoder_out, K,
+                                            slot_tokens=changed)
+            assert torch.allclose(after[:, : slot + 1], before[:, : slot + 1], atol=1e-5), slot
+            if slot + 1 < K:
+                assert not torch.allclose(after[:, slot + 1:], before[:, slot + 1:])
+
+
+def test_lean_pass_runs_the_refinement_as_the_module_does(shipped):
+    from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
+
+    model, task, sources = shipped
+    states, last, positions, encoder_out = _block(model, task, sources)
+    head, pad = model.draft_head, task.target_dictionary.pad()
+    lean = LeanDraftHead(head, pad)
+    lean.start_batch(encoder_out)
+    with torch.no_grad():
+        first, _ = head.forward_refined(states, last, positions, encoder_out, K)
+        logits = first = first.index_fill(2, torch.tensor([pad]), float("-inf"))
+        # A refinement run scores only each slot's best first-pass candidates.
+        outside = torch.ones_like(first, dtype=torch.bool).scatter(
+            2, first.topk(head.refine_shortlist, dim=-1).indices, False)
+        for steps in range(K + 3):
+            head.refine_steps = steps
+            got = lean.slot_logits(states, last, positions, K)
+            finite = logits.isfinite()
+            assert torch.allclose(got[finite], logits[finite], atol=1e-4), steps
+            assert torch.equal(got.argmax(-1), logits.argmax(-1)), steps
+            drafts = logits.argmax(-1)
+            if steps == K:
+                fixed = drafts
+            _, logits = head.forward_refined(states, last, positions, encoder_out, K,
+                                             slot_tokens=drafts)
+            logits = logits.masked_fill(outside, float("-inf"))
+    # After K runs every slot reads drafts that no longer change.
+    assert torch.equal(drafts, fixed)
+    head.refine_steps = 1
+
+
+@pytest.mark.parametrize("steps", [1, K - 1])
+def test_beta1_with_a_refined_head_is_greedy(shipped, steps):
+    model, task, sources = shipped
+    with_refinement(model, steps)
+    greedy = decode_all(_generator(model, task, 0), model, task, sources, 8)
+    assert decode_all(_generator(model, task, K), model, task, sources, 1) == greedy
+    assert decode_all(_generator(model, task, K, 2), model, task, sources, 8) == greedy
+    with_refinement(model, 1)
+
+
+def test_onnxruntime_draft_graph_refines_as_the_torch_pass(shipped, onnx_cache):  # noqa: F811
+    from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
+
+    model, task, sources = shipped
+    with_refinement(model, K - 1)
+    dictionary = task.target_dictionary
+    fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
+    assert_same_decoding(_generator(model, task, K, backend=fp32), _generator(model, task, K),
+                         model, task, sources)
+    greedy = decode_all(_generator(model, task, 0), model, task, sources, 8)
+    default = _generator(model, task, K, 1, make_backend("onnxruntime", model, dictionary))
+    assert decode_all(default, model, task, sources, 8) == greedy
+    with_refinement(model, 1)
+
+
+def test_init_draft_head_from_copies_a_head_or_refuses_in_one_line(shipped, tmp_path):
+    from fairseq_plugins.specdec_task import _load_head_weights
+
+    model, _, _ = shipped
+    shipped_head = {k: v.clone() for k, v in model.draft_head.state_dict().items()}
+    with torch.no_grad():
+        for param in model.draft_head.layers.parameters():
+            param.zero_()
+    _load_head_weights(model, str(MODEL_DIR / "model.pt"))
+    for key, value in model.draft_head.state_dict().items():
+        if not key.startswith("refine_"):
+            assert torch.equal(value, shipped_head[key]), key
+    deeper = DraftHead(model.decoder, len(model.draft_head.layers) + 1)
+    other = type("Model", (), {"draft_head": deeper})()
+    with pytest.raises(UserError, match="does not fit") as err:
+        _load_head_weights(other, str(MODEL_DIR / "model.pt"))
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="no such file"):
+        _load_head_weights(model, str(tmp_path / "missing.pt"))
