@@ -101,6 +101,7 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
                      "slot_acceptance": [round(a, 3) for a in stats.slot_acceptance()],
                      "same_as_greedy": sum(a == b for a, b in zip(tokens, greedy))})
     return {"split": split, "sentences": count, "refine_steps": head.refine_steps,
+            "refine_layers": len(head.refine_layers),
             "reference": "fairseq SequenceGenerator, beam 1", "rows": rows}
 
 
@@ -132,8 +133,8 @@ def plot_acceptance(reports: List[Dict], path: Path) -> None:
     for report in reports:
         row = max(report["rows"], key=lambda r: r["k"])
         head = Path(report["checkpoint"]).parent.name or report["checkpoint"]
-        refine = (f", refinement x{report['refine_steps']}" if report.get("refine_steps")
-                  else "")
+        refine = (f", refinement x{report['refine_steps']}" if report.get("refine_steps") else
+                  ", first pass only" if report.get("refine_layers") else "")
         slots = range(1, len(row["slot_acceptance"]) + 1)
         ax.plot(slots, row["slot_acceptance"], marker="o",
                 label=f"{head}{refine}: {row['tokens_per_iteration']:.2f} tok/iter "
