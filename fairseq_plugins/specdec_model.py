@@ -15,7 +15,7 @@ from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
 from nmt_specdec.decoding.backends import check_backend
 from nmt_specdec.draft_head import FORMAT_VERSION, DraftHead
-from nmt_specdec.errors import CheckpointError
+from nmt_specdec.errors import CheckpointError, UserError
 
 
 @register_model("specdec_transformer")
@@ -47,7 +47,7 @@ class SpecDecTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         specdec_base_architecture(args)
         if args.draft_block_size < 1:
-            raise ValueError(f"--draft-block-size must be >= 1, got {args.draft_block_size}")
+            raise UserError(f"--draft-block-size must be >= 1, got {args.draft_block_size}")
         model = super().build_model(args, task)
         model.draft_head = DraftHead(model.decoder, args.draft_layers, args.untie_draft_output,
                                      args.draft_vocab_size, args.draft_refine_layers,

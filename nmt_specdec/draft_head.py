@@ -61,6 +61,7 @@ from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from nmt_specdec.decoding.positions import embed_positions_at
+from nmt_specdec.errors import UserError
 
 FORMAT_VERSION = 2
 REFINE_SHORTLIST = 16  # first-pass candidates per slot that a refinement run scores
@@ -95,14 +96,15 @@ class DraftHead(nn.Module):
                  vocab_size: int = 0, refine_layers: int = 0, refine_steps: int = 1):
         super().__init__()
         if num_layers < 1:
-            raise ValueError(f"--draft-layers must be >= 1, got {num_layers}")
+            raise UserError(f"--draft-layers must be >= 1, got {num_layers}")
         full_vocab = verifier.output_projection.out_features
         if vocab_size < 0 or vocab_size > full_vocab:
-            raise ValueError(f"--draft-vocab-size must be in 0..{full_vocab}, got {vocab_size}")
+            raise UserError(f"--draft-vocab-size must be in 0..{full_vocab}, got {vocab_size}")
         if refine_layers < 0 or (refine_layers and refine_steps < 1):
-            raise ValueError("--draft-refine-layers must be >= 0 and --draft-refine-steps >= 1")
+            raise UserError(f"--draft-refine-layers must be >= 0 and --draft-refine-steps >= 1 "
+                            f"(got {refine_layers} and {refine_steps})")
         if verifier.project_in_dim is not None or verifier.project_out_dim is not None:
-            raise ValueError("the draft head needs decoder_input_dim == decoder_embed_dim")
+            raise UserError("the draft head needs decoder_input_dim == decoder_embed_dim")
         cfg = copy.deepcopy(verifier.cfg)
         dim = verifier.embed_tokens.embedding_dim
         self.padding_idx = verifier.padding_idx

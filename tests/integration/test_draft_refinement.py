@@ -158,3 +158,11 @@ def test_init_draft_head_from_copies_a_head_or_refuses_in_one_line(shipped, tmp_
     assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="no such file"):
         _load_head_weights(model, str(tmp_path / "missing.pt"))
+
+
+def test_bad_refinement_options_are_one_line_errors(shipped):
+    model, _, _ = shipped
+    for layers, steps in ((-1, 1), (1, 0)):
+        with pytest.raises(UserError, match="--draft-refine-steps >= 1") as err:
+            DraftHead(model.decoder, 1, refine_layers=layers, refine_steps=steps)
+        assert "\n" not in str(err.value)
