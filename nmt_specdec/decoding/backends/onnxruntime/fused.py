@@ -5,7 +5,7 @@ Every verified position j of a row yields the token the verifier would commit
 there (its top-1, pad excluded) and the state that predicted it: exactly the
 anchor the draft head reads when acceptance stops at j. The fused graph drafts
 K tokens after each of the N anchors (N blocks per row), so once acceptance has
-chosen j the next iteration's drafts are already there: :class:`~.session.FusedDrafter`
+chosen j the next iteration's drafts are already there: :class:`~.drafters.FusedDrafter`
 picks row j of the (B, N, K) drafts. Where the committed token is not the
 graph's anchor (a length or unk constraint changed the verifier's choice) or K
 changed (``--spec-k auto``), it runs the draft graph as usual. The encoder call
