@@ -54,3 +54,14 @@ def specdec_toy(tmp_path_factory: pytest.TempPathFactory) -> SpecDecToy:
     Treat it as read-only; copy its checkpoint directory to continue training.
     """
     return train_specdec_toy(tmp_path_factory.mktemp("specdec_toy"))
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory):
+    """ONNX exports of the requesting module go to a fresh cache (not the user's)."""
+    pytest.importorskip("onnxruntime")
+    root = tmp_path_factory.mktemp("onnx_cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("NMT_SPECDEC_ONNX_CACHE", str(root))
+    yield root
+    patch.undo()

@@ -101,3 +101,18 @@ def assert_same_decoding(ours, theirs, model, task, sources) -> None:
         a, b = (g.generate([model], sample)[0][0] for g in (ours, theirs))
         assert torch.equal(a["tokens"], b["tokens"]), index
         assert a["iterations"] == b["iterations"], index
+
+
+def shipped_generator(model, task, k: int, candidates: int = 1, backend=None):
+    """The engine's generator for the shipped model with its length rules
+    (``k`` 0: greedy; ``candidates`` > 1: draft trees; ``backend`` None: torch)."""
+    import argparse
+
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+
+    rules = LengthRules.from_generation_args(argparse.Namespace(
+        min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
+        max_len_b=SETTINGS["max_len_b"]), model)
+    return SpecDecGenerator(model, task.target_dictionary,
+                            SpecDecOptions(k=k, candidates=candidates), rules, backend=backend)

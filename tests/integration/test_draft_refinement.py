@@ -25,8 +25,8 @@ from tests.helpers.shipped_model import (
     decode_all,
     hand_written_sources,
     load_model,
+    shipped_generator as _generator,
 )
-from tests.integration.test_draft_tree_decoding import _generator, onnx_cache  # noqa: F401
 
 K = 3
 
@@ -123,7 +123,7 @@ def test_beta1_with_a_refined_head_is_greedy(shipped, steps):
     with_refinement(model, 1)
 
 
-def test_onnxruntime_draft_graph_refines_as_the_torch_pass(shipped, onnx_cache):  # noqa: F811
+def test_onnxruntime_draft_graph_refines_as_the_torch_pass(shipped, onnx_cache):
     from nmt_specdec.decoding.backends import make_backend
     from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
 

@@ -23,6 +23,7 @@ from tests.helpers.shipped_model import (
     decode_all,
     hand_written_sources,
     load_model,
+    shipped_generator,
 )
 
 
@@ -33,15 +34,7 @@ def shipped():
     return model, task, hand_written_sources(task)
 
 
-def _generator(model, task, k, candidates=1, backend=None):
-    from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
-
-    rules = LengthRules.from_generation_args(argparse.Namespace(
-        min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
-        max_len_b=SETTINGS["max_len_b"]), model)
-    return SpecDecGenerator(model, task.target_dictionary,
-                            SpecDecOptions(k=k, candidates=candidates), rules, backend=backend)
+_generator = shipped_generator
 
 
 @pytest.mark.parametrize("k, candidates", [(2, 2), (4, 3)])
@@ -79,16 +72,6 @@ def test_options_that_do_not_combine_are_one_line_errors():
         SpecDecOptions(k=2, candidates=0)
     with pytest.raises(UserError, match="--deterministic"):
         SpecDecOptions(k=2, candidates=2, deterministic=True)
-
-
-@pytest.fixture(scope="module")
-def onnx_cache(tmp_path_factory):
-    """Exports of this module go to a fresh cache (not the user's)."""
-    pytest.importorskip("onnxruntime")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("NMT_SPECDEC_ONNX_CACHE", str(tmp_path_factory.mktemp("onnx_cache")))
-    yield
-    patch.undo()
 
 
 def test_onnxruntime_tree_equals_the_torch_tree(shipped, onnx_cache):

@@ -38,16 +38,6 @@ LENGTHS = dict(max_len_a=SETTINGS["max_len_a"], max_len_b=SETTINGS["max_len_b"])
 
 
 @pytest.fixture(scope="module")
-def onnx_cache(tmp_path_factory):
-    """Exports of this module go to a fresh cache (not the user's)."""
-    root = tmp_path_factory.mktemp("onnx_cache")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("NMT_SPECDEC_ONNX_CACHE", str(root))
-    yield root
-    patch.undo()
-
-
-@pytest.fixture(scope="module")
 def shipped(onnx_cache):
     torch.set_num_threads(1)
     model, task = load_model()
