@@ -40,7 +40,7 @@ class SpecDecTransformerModel(TransformerModel):
                             help="layers of a causal refinement pass in which each slot "
                                  "reads the draft before it (0 = none)")
         parser.add_argument("--draft-refine-steps", type=int, metavar="R",
-                            help="times decoding runs the refinement pass (K-1 makes the "
+                            help="times decoding runs the refinement pass (K makes the "
                                  "drafts those of an autoregressive drafter)")
 
     @classmethod

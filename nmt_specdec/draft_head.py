@@ -27,10 +27,11 @@ through ``--draft-refine-layers`` layers whose self-attention is causal over the
 block, then the same output projection. Training feeds the true tokens
 (teacher forcing), so the pass learns P(y_j | y_<j) - exactly the condition
 under which slot j can be accepted. Decoding runs it ``refine_steps`` times
-with the same weights, each time on the previous run's drafts: after r runs
-the first r + 1 slots condition on drafts that no longer change (slot 1 reads
-only c), so r = K - 1 makes the drafts those of an autoregressive 2-layer
-drafter, computed in one call of the draft graph. A refinement run scores only
+with the same weights, each time on the previous run's drafts: slot 1 reads
+only c, so after r runs the drafts of the first r slots no longer change, and
+r = K makes them exactly those of an autoregressive 2-layer drafter (r = K - 1
+nearly: its last slot reads a draft the last run rarely changes), computed in
+one call of the draft graph. A refinement run scores only
 each slot's ``refine_shortlist`` best first-pass candidates (the full
 projection onto the draft vocabulary costs as much as the layer itself on a
 CPU, and it is paid once, in the first pass): drafts are proposals, so this
