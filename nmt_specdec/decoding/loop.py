@@ -150,6 +150,8 @@ class SpecDecGenerator(nn.Module):
                bos: int) -> List[tuple]:
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
         batch, k_max = max_len.numel(), self.options.k
+        batch_started = time.perf_counter()
+        self.k_policy.start_batch(batch)
         limits = max_len.tolist()
         # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
         width = max(limits) + k_max * self.options.candidates + 2
@@ -190,6 +192,8 @@ class SpecDecGenerator(nn.Module):
                 if keep.numel():  # the longest row may have left (a rare, second read)
                     longest = int(rows.lengths.max())
         self._add_trace(trace, k_max)
+        self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
+                                time.perf_counter() - batch_started)
         return finished
 
     def _start_rows(self, max_len: Tensor, bos: int, width: int, like: Tensor) -> Rows:
@@ -227,9 +231,10 @@ class SpecDecGenerator(nn.Module):
         else:
             inputs = torch.cat([last, drafts], 1) if k > 0 else last
             offsets = torch.arange(k + 1, device=steps.device)
-        hidden, logits = verifier.verify(inputs, steps, longest - 1, cache, cross,
-                                         uniform, layout)  # (B, N, C), (B, N, V)
-        lse = normaliser(logits)  # before the constraints, as fairseq normalises
+        hidden, logits, lse = verifier.verify(inputs, steps, longest - 1, cache, cross,
+                                              uniform, layout)  # (B, N, C), (B, N, V)
+        if lse is None:  # before the constraints, as fairseq normalises
+            lse = normaliser(logits)
         predicted_step = steps.unsqueeze(1) + offsets
         constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
         # 3. accept and commit

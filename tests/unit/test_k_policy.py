@@ -67,3 +67,43 @@ def test_cost_table_measures_and_extrapolates():
     assert table(0, 32) is None  # another batch bucket
     table.record(0, 1, 4.0)
     assert 2.0 < table(0, 1) < 4.0  # moving average
+
+
+def test_batch_arms_try_greedy_then_drafting_then_keep_the_faster():
+    from nmt_specdec.decoding.k_policy import BatchArms
+
+    arms = BatchArms(retry_every=4)
+    tokens_per_second = {False: 100.0, True: 70.0}  # drafting loses, as at batch 32 on a CPU
+    tried = []
+    for _ in range(12):
+        drafts = arms.drafts(32)
+        tried.append(drafts)
+        arms.record(32, drafts, tokens=int(tokens_per_second[drafts]), seconds=1.0)
+    # Greedy, one drafting batch, then greedy but for a retry every 4 batches of the bucket.
+    assert tried[:2] == [False, True]
+    assert tried[2:] == [False, False, True, False, False, False, True, False, False, False]
+    assert not arms.drafts(8)  # another bucket starts again from greedy
+
+
+def test_batch_arms_keep_drafting_where_it_wins():
+    from nmt_specdec.decoding.k_policy import BatchArms
+
+    arms = BatchArms(retry_every=100)
+    for _ in range(6):
+        drafts = arms.drafts(4)
+        arms.record(4, drafts, tokens=150 if drafts else 100, seconds=1.0)
+    assert arms.drafts(4)
+
+
+def test_auto_k_decodes_a_batch_greedily_until_drafting_has_proved_faster():
+    policy = AutoK(4, cost=lambda k, batch: 1.0 + 0.1 * k)  # drafting looks cheap per turn
+    policy.start_batch(32)
+    assert policy.choose(4, 32) == 0 and not policy.wants_counts  # the first batch: greedy
+    policy.end_batch(tokens=1000, seconds=1.0)
+    policy.start_batch(32)
+    assert policy.choose(4, 32) > 0 and policy.wants_counts  # the second: drafting
+    policy.end_batch(tokens=700, seconds=1.0)  # ... which committed fewer tokens per second
+    policy.start_batch(32)
+    assert policy.choose(4, 32) == 0
+    policy.start_batch(1)  # a single row is always decided per iteration
+    assert policy.choose(4, 1) > 0
