@@ -92,7 +92,7 @@ def test_passes_equal_the_torch_passes(shipped, backends):
         cache = verifier.new_cache(4, 16)
         prefix = torch.tensor([[2, 10, 11, 12, 13]] * 4)  # BOS + 4 tokens
         first = verifier.verify(prefix, torch.zeros(4, dtype=torch.long), 0, cache, cross, True)
-        first = type(first)(*(t.clone() for t in first))  # onnxruntime reuses its buffers
+        first = type(first)(*(None if t is None else t.clone() for t in first))  # reused buffers
         start = torch.tensor([5, 3, 4, 1])  # rows that kept different prefixes
         second = verifier.verify(torch.tensor([[20, 21, 22]] * 4), start, 5, cache, cross)
         drafter = backend.drafter(task.target_dictionary.pad())
@@ -109,6 +109,10 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     for ours, theirs in ((ort_first, torch_first), (ort_second, torch_second)):
         torch.testing.assert_close(ours.logits, theirs.logits, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(ours.hidden, theirs.hidden, atol=1e-4, rtol=1e-4)
+        # The graph's normaliser is the torch loop's logsumexp of the same logits.
+        assert theirs.normaliser is None
+        torch.testing.assert_close(ours.normaliser, torch.logsumexp(ours.logits, -1),
+                                   atol=1e-5, rtol=1e-6)
     assert torch.equal(ort_drafts, torch_drafts)
 
 

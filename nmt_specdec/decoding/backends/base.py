@@ -19,7 +19,7 @@ Shapes: B rows, N new positions, C model dim, V vocabulary.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 from torch import Tensor
 
@@ -32,10 +32,13 @@ class Verified(NamedTuple):
     Attributes:
         hidden: (B, N, C) final states; input j's state predicts the token after it.
         logits: (B, N, V) raw logits (no softmax) of those predictions.
+        normaliser: (B, N) ``logsumexp`` of ``logits`` when the backend computed
+            it in the same call (cheaper there than a separate pass), else None.
     """
 
     hidden: Tensor
     logits: Tensor
+    normaliser: Optional[Tensor] = None
 
 
 class VerifierCalls:

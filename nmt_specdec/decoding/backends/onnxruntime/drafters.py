@@ -22,7 +22,8 @@ _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
 
 
 def _candidate_slots(count: int) -> Tensor:
-    """(C,): the draft graph returns as many candidates per slot as this is long."""
+    """(C,) 0..C-1: the draft graph returns as many candidates per slot as this is
+    long (and 0..K are the block's offsets)."""
     if count not in _CANDIDATE_SLOTS:  # kept: its binding stays put
         _CANDIDATE_SLOTS[count] = torch.arange(count)
     return _CANDIDATE_SLOTS[count]
@@ -36,6 +37,7 @@ class OrtDrafter(Drafter):
         # the model's weights change (re-export).
         self.start_state, self.backend = start_state, backend
         self.memory: Optional["Memory"] = None
+        self._out: Dict[tuple, Tensor] = {}
 
     def start_batch(self, sample: dict, encoder_out: "Memory") -> None:
         self.memory = encoder_out._replace(cross=[])  # the verifier's keys are not ours
@@ -55,8 +57,12 @@ class OrtDrafter(Drafter):
         self.backend.calls["draft"] += 1
         last = request.lengths - 1  # (B,) position of the last committed token
         last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
-        slots = torch.arange(request.num_slots + 1, device=last.device)
-        drafts = torch.empty(last.numel(), count, request.num_slots, dtype=torch.long)
+        slots = _candidate_slots(request.num_slots + 1)  # 0..K
+        # A kept buffer per shape keeps its binding; the loop consumes it within the iteration.
+        shape = (last.numel(), count, request.num_slots)
+        drafts = self._out.get(shape)
+        if drafts is None:
+            drafts = self._out[shape] = torch.empty(shape, dtype=torch.long)
         self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
                                         self.memory.mask, _candidate_slots(count),
                                         *self.memory.draft], [drafts])

@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 9  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 10  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -227,7 +227,8 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
              "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"},
              **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
              **{n: source for n in kv_names("cross", layers)}},
-            {"logits": {0: "batch", 1: "new"}, "hidden": {0: "batch", 1: "new"},
+            {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
+             "hidden": {0: "batch", 1: "new"},
              "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"}})
     if head is None:
         return [ENCODER, VERIFY]

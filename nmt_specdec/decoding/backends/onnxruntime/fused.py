@@ -54,8 +54,8 @@ class FusedVerifyGraph(nn.Module):
         split = 4 * self.layers
         offsets = arange_like(tokens, 1)  # a chain: positions 0..N-1, causal
         causal = offsets.view(-1, 1) >= offsets.view(1, -1)
-        logits, hidden, keys, values = self.verify(tokens, start, memory_mask, offsets, causal,
-                                                   *kv[:split])
+        logits, _, hidden, keys, values = self.verify(tokens, start, memory_mask, offsets,
+                                                      causal, *kv[:split])
         anchors = (logits + self.verifier_pad_bias).argmax(-1)  # (B, N)
         batch, new = tokens.shape
         positions = start.unsqueeze(1) + arange_like(tokens, 1) + 1  # (B, N) of each anchor

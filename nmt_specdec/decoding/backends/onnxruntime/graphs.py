@@ -239,8 +239,11 @@ class VerifyGraph(nn.Module):
     (0..N-1 and causal for a chain; tree positions and ancestors for drafts with
     leaves, see :mod:`nmt_specdec.decoding.draft_tree`), ``past_key_i``/
     ``past_value_i`` (B, H, T, D), ``cross_key_i``/``cross_value_i`` (B, H, S, D).
-    Outputs: ``logits`` (B, N, V), ``hidden`` (B, N, C), ``new_keys`` and
-    ``new_values`` (L, B, H, N, D).
+    Outputs: ``logits`` (B, N, V), ``normaliser`` (B, N) their ``logsumexp``
+    (fairseq's scores are log-probabilities: computed in the graph it costs
+    ~12 us, in torch after the call ~60 us an iteration on logits that had just
+    left the runtime), ``hidden`` (B, N, C), ``new_keys`` and ``new_values``
+    (L, B, H, N, D).
     """
 
     def __init__(self, verifier: LeanVerifier):
@@ -271,7 +274,10 @@ class VerifyGraph(nn.Module):
             x = graph_layer(weights, x, store, mask, memory)
         x = _norm_if(True, x, lean.final_norm)
         logits = torch.matmul(x, lean.output_t)  # (B, N, V)
-        return logits, x, torch.stack(new_keys), torch.stack(new_values)
+        # Spelled out: ONNX Runtime's ReduceLogSumExp took 110 us here, these 12 us.
+        best = logits.amax(dim=-1, keepdim=True)
+        lse = (best + (logits - best).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
+        return logits, lse, x, torch.stack(new_keys), torch.stack(new_values)
 
 
 class DraftGraph(nn.Module):

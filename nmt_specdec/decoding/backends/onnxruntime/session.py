@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
 from nmt_specdec.decoding.backends.onnxruntime import export
 from nmt_specdec.decoding.backends.onnxruntime.drafters import FusedDrafter, OrtDrafter
-from nmt_specdec.decoding.backends.torch.layers import weights_key
+from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.errors import UserError
 
@@ -188,6 +188,7 @@ class OrtVerifier(VerifierCalls):
         batch, new = tokens.shape
         take = self.scratch.take
         logits = take("logits", (batch, new, b.vocab))
+        lse: Optional[Tensor] = take("normaliser", (batch, new))
         hidden = take("hidden", (batch, new, b.dim))
         keys = take("keys", (b.layers, batch, b.heads, new, b.dim // b.heads))
         values = take("values", keys.shape)
@@ -201,14 +202,15 @@ class OrtVerifier(VerifierCalls):
                                  *cross.cross, *drafter.memory.draft],
                                 [logits, hidden, keys, values, drafts, anchors])
             drafter.offer(drafts, anchors, start)
+            lse = None  # the fused graph leaves it to the loop
         else:
             offsets, ancestors = tree if tree is not None else self._chain(new)
             self.session.run([tokens, start, cross.mask, offsets, ancestors, *past,
-                              *cross.cross], [logits, hidden, keys, values])
+                              *cross.cross], [logits, lse, hidden, keys, values])
         # The graph read the whole cache; the shared cache code writes the new slots.
         cache.begin_pass(start, new, start_max, uniform)
         cache.store_all(keys, values)
-        return Verified(hidden, logits)
+        return Verified(hidden, logits, lse)
 
 
 class OrtBackend(Backend):
@@ -255,8 +257,8 @@ class OrtBackend(Backend):
         self.heads = decoder.layers[0].self_attn.num_heads
         self.dim = decoder.embed_tokens.embedding_dim
         self.vocab = decoder.output_projection.out_features
-        self._key: tuple = ()
         self._load()
+        self._watch = WeightsWatch(model)
 
     def _load(self) -> None:
         directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
@@ -275,7 +277,6 @@ class OrtBackend(Backend):
         self._verifier = OrtVerifier(session(export.VERIFY), self)
         self.draft_session = session(export.DRAFT)
         self.fused_session = session(export.FUSED) if self.fused_draft else None
-        self._key = weights_key(self.model)
 
     @property
     def model(self) -> nn.Module:
@@ -284,7 +285,7 @@ class OrtBackend(Backend):
         return model
 
     def _fresh(self) -> None:
-        if weights_key(self.model) != self._key:  # trained or replaced since the export
+        if self._watch.changed():  # trained or replaced since the export
             self._load()
 
     def encode(self, net_input: dict) -> Memory:

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
 from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.backends.torch.layers import CrossKV, weights_key
+from nmt_specdec.decoding.backends.torch.layers import CrossKV, WeightsWatch
 from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, LeanVerifier
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
@@ -56,13 +56,12 @@ class DraftHeadDrafter(Drafter):
     def __init__(self, draft_head: nn.Module, pad: int, backend: Backend):
         self.draft_head, self.pad = draft_head, pad
         self.lean = LeanDraftHead(draft_head, pad)
-        self._key = weights_key(draft_head)
+        self._watch = WeightsWatch(draft_head)
         self._backend = backend
 
     def start_batch(self, sample: dict, encoder_out: EncoderOut) -> None:
-        key = weights_key(self.draft_head)
-        if key != self._key:  # trained or moved since: re-read the weights
-            self.lean, self._key = LeanDraftHead(self.draft_head, self.pad), key
+        if self._watch.changed():  # trained or moved since: re-read the weights
+            self.lean = LeanDraftHead(self.draft_head, self.pad)
         self.lean.start_batch(encoder_out)
 
     def keep_rows(self, rows: Tensor) -> None:
@@ -103,16 +102,17 @@ class TorchBackend(Backend):
         super().__init__()
         self.model = model
         self._verifier: Optional[TorchVerifier] = None
-        self._key: tuple = ()
+        self._watch: Optional[WeightsWatch] = None
 
     def encode(self, net_input: dict) -> EncoderOut:
         self.calls["encode"] += 1
         return self.model.encoder.forward_torchscript(net_input)
 
     def verifier(self) -> TorchVerifier:
-        key = weights_key(self.model.decoder)
-        if self._verifier is None or key != self._key:
-            self._verifier, self._key = TorchVerifier(self.model.decoder, self), key
+        if self._watch is None or self._watch.module is not self.model.decoder:
+            self._watch, self._verifier = WeightsWatch(self.model.decoder), None
+        if self._verifier is None or self._watch.changed():
+            self._verifier = TorchVerifier(self.model.decoder, self)
         return self._verifier
 
     def drafter(self, pad: int) -> DraftHeadDrafter:
