@@ -7,6 +7,8 @@ same weights directly. Everything at this level is shared by every backend:
 
 - :mod:`.loop`: draft -> verify -> accept -> commit -> bookkeep
   (:class:`~.loop.SpecDecGenerator`, the generator fairseq gets);
+  :mod:`.single_row`: the same loop for one sentence on the CPU, deciding on
+  the host instead of with batched tensor ops (tested equal to it);
 - :mod:`.options`: K, beta, tau and fairseq's length rules; :mod:`.k_policy`:
   ``--spec-k N`` or ``auto``;
 - :mod:`.acceptance` (Xia et al.'s Eq. 4 and the commit) and :mod:`.scoring`

@@ -48,7 +48,7 @@ class StaticKVCache:
         return self.key.size(3)
 
     def begin_pass(self, start: Tensor, new: int, start_max: int,
-                   uniform: bool = False) -> Optional[Tensor]:
+                   uniform: bool = False, mask: bool = True) -> Optional[Tensor]:
         """Prepares a pass that writes ``new`` inputs per row from slot ``start[b]``.
 
         Args:
@@ -57,17 +57,19 @@ class StaticKVCache:
             start_max: ``max(start)`` as a host int (the loop knows it without a sync).
             uniform: every row starts at ``start_max`` (batch 1, or greedy steps):
                 writes become one slice copy and the mask is shared by all rows.
+            mask: False when the caller builds its own (a graph backend): a
+                uniform pass then costs no tensor op here.
 
         Returns:
             (B or 1, 1, N, T') bool attention mask, T' = start_max + N: new input j
             of row b sees slots ``<= start[b] + j``; None when nothing is masked
-            (one new position at a uniform start).
+            (one new position at a uniform start, or ``mask`` False).
         """
         self._pass_width = start_max + new
         self.width = max(self.width, self._pass_width)
         if uniform:
             self._uniform_start = start_max
-            if new == 1:
+            if new == 1 or not mask:
                 return None
             key_slot = torch.arange(self._pass_width, device=start.device)
             query_slot = torch.arange(start_max, self._pass_width, device=start.device)

@@ -42,6 +42,7 @@ from nmt_specdec.decoding.scoring import (
     normaliser,
     positional_scores,
 )
+from nmt_specdec.decoding.single_row import decode_single_row
 from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.errors import UserError
 
@@ -112,6 +113,9 @@ class SpecDecGenerator(nn.Module):
         self.stats = SpecDecStats()
         self.symbols_to_strip_from_output = {self.eos}
         self._cache = None  # the last batch's cache (tests inspect it)
+        # One row on the CPU decides on the host (:mod:`.single_row`); tests switch it
+        # off to compare with the batched loop.
+        self.single_row = True
 
     def reset_k_policy(self) -> None:
         """Forgets what ``--spec-k auto`` learned (acceptance, pass costs): the next
@@ -149,9 +153,21 @@ class SpecDecGenerator(nn.Module):
     def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
                bos: int) -> List[tuple]:
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
+        started = time.perf_counter()
+        self.k_policy.start_batch(max_len.numel())
+        if (self.single_row and max_len.numel() == 1 and self.options.candidates == 1
+                and verifier.embed.device.type == "cpu"):
+            finished = decode_single_row(self, verifier, encoder_out, max_len, bos)
+        else:
+            finished = self._decode_rows(verifier, encoder_out, max_len, bos)
+        self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
+                                time.perf_counter() - started)
+        return finished
+
+    def _decode_rows(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
+                     bos: int) -> List[tuple]:
+        """The batched loop (any batch, trees, any device)."""
         batch, k_max = max_len.numel(), self.options.k
-        batch_started = time.perf_counter()
-        self.k_policy.start_batch(batch)
         limits = max_len.tolist()
         # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
         width = max(limits) + k_max * self.options.candidates + 2
@@ -192,8 +208,6 @@ class SpecDecGenerator(nn.Module):
                 if keep.numel():  # the longest row may have left (a rare, second read)
                     longest = int(rows.lengths.max())
         self._add_trace(trace, k_max)
-        self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
-                                time.perf_counter() - batch_started)
         return finished
 
     def _start_rows(self, max_len: Tensor, bos: int, width: int, like: Tensor) -> Rows:

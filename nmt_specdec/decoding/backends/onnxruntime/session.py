@@ -208,7 +208,7 @@ class OrtVerifier(VerifierCalls):
             self.session.run([tokens, start, cross.mask, offsets, ancestors, *past,
                               *cross.cross], [logits, lse, hidden, keys, values])
         # The graph read the whole cache; the shared cache code writes the new slots.
-        cache.begin_pass(start, new, start_max, uniform)
+        cache.begin_pass(start, new, start_max, uniform, mask=False)
         cache.store_all(keys, values)
         return Verified(hidden, logits, lse)
 

@@ -1,0 +1,111 @@
+"""One sentence on the CPU: the loop of :mod:`.loop`, deciding on the host.
+
+At batch 1 on a CPU, an iteration of the batched loop (SpecDec K=2 on ONNX
+Runtime) spent ~0.6 ms outside the runtime's ~1.5 ms: ~120 small tensor ops
+(acceptance, commit, the EOS cut, per-row writes and gathers) that exist to
+serve B rows at once, each a few microseconds of dispatch on tensors of a
+handful of elements. For one row the host keeps the committed tokens in a list
+and decides with Python ints: the model calls, the constraints and the
+criterion (:func:`~.acceptance.drafts_pass`, any beta and tau) stay the shared
+tensor code, and what remains is a few small reads per iteration.
+
+Used by :meth:`~.loop.SpecDecGenerator.decode` for a batch of one on the CPU
+with chains of drafts (trees and batches take the batched loop; on a GPU the
+batched loop's single host read per iteration is cheaper than these few).
+Tested equal to the batched loop token for token, score for score, iteration
+for iteration.
+
+Shapes: K draft slots, N = K + 1 verified positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Dict, List
+
+import torch
+from torch import Tensor
+
+from nmt_specdec.decoding.acceptance import drafts_pass
+from nmt_specdec.decoding.backends.base import VerifierCalls
+from nmt_specdec.decoding.drafters import DraftRequest
+from nmt_specdec.decoding.scoring import constrain_logits_, normaliser
+
+if TYPE_CHECKING:
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+
+
+def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_out,
+                      max_len: Tensor, bos: int) -> List[tuple]:
+    """``gen.decode`` for one row: ``[(tokens, scores, iterations)]``."""
+    options, rules, eos = gen.options, gen.rules, gen.eos
+    k_max, limit = options.k, int(max_len[0])
+    width = limit + k_max + 2  # as the batched loop: committed <= max_len + 1, then K inputs
+    cross = verifier.cross_states(encoder_out)
+    cache = gen._cache = verifier.new_cache(1, width)
+    rows = gen._start_rows(max_len, bos, width, verifier.embed)
+    # The drafter reads the committed tokens and length from these buffers; the
+    # host writes them through numpy views (a scalar write, no tensor op).
+    prefix, lengths, states = rows.tokens[:, :-1], rows.lengths, rows.states
+    host_tokens, host_length = rows.tokens.numpy(), lengths.numpy()
+    start = lengths.new_zeros(1)  # (1,) the verify call's first position, kept
+    host_start = start.numpy()
+    inputs: Dict[int, Tensor] = {}  # N -> (1, N) verify inputs, kept (stable bindings)
+    offsets = torch.arange(k_max + 1)
+    committed, scores = [bos], [0.0]
+    drafted, accepted = [0] * k_max, [0] * k_max
+    turn = 0
+    while True:
+        started = time.perf_counter()
+        length = len(committed)  # BOS included; the last token is not cached yet
+        k = gen.k_policy.choose(max(0, min(k_max, limit - turn)), 1)
+        checks = (turn < rules.min_len, length - 1 + k >= limit)
+        tokens = inputs.get(k + 1)
+        if tokens is None:
+            tokens = inputs[k + 1] = lengths.new_zeros(1, k + 1)
+        tokens[0, 0] = committed[-1]
+        if k > 0:
+            drafts = gen.drafter.propose(DraftRequest(prefix, lengths, states, rows.index, k))
+            tokens[0, 1:] = drafts[0]
+        host_start[0] = length - 1
+        verified = verifier.verify(tokens, start, length - 1, cache, cross, True, None)
+        logits = verified.logits  # (1, N, V)
+        lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
+        constrain_logits_(logits, start.unsqueeze(1) + offsets[: k + 1], max_len, rules,
+                          *checks)
+        # Accept: the shared criterion, then the all-true prefix on the host.
+        num_accepted, proposed = 0, []
+        if k > 0:
+            proposed = tokens[0, 1:].tolist()
+            for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
+                                      options.tau)[0].tolist():
+                if not passed:
+                    break
+                num_accepted += 1
+        correction = int(logits[0, num_accepted].topk(1).indices)
+        new = proposed[:num_accepted] + [correction]
+        finished = eos in new
+        if finished:  # the batched loop's cut after the first EOS
+            new = new[: new.index(eos) + 1]
+        count = len(new)
+        picked = logits[0, :count].gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
+        scores += (picked - lse[0, :count]).tolist()
+        host_tokens[0, length: length + count] = new
+        committed += new
+        host_length[0] = length + count
+        # The state that predicted the correction: the next draft reads it.
+        states = verified.hidden[:, num_accepted]
+        # Statistics as the batched loop's drafts_before_eos: slots at or before the EOS.
+        for slot in range(min(count, k) if finished else k):
+            drafted[slot] += 1
+            accepted[slot] += slot < min(num_accepted, count)
+        gen.stats.k_chosen[k] = gen.stats.k_chosen.get(k, 0) + 1
+        turn += 1
+        gen.k_policy.observe([num_accepted] if gen.k_policy.wants_counts else [], k,
+                             time.perf_counter() - started)
+        if finished:
+            break
+    gen.stats.sentences += 1
+    gen.stats.add_tally(drafted, accepted, turn, len(committed) - 1)
+    return [(torch.tensor(committed[1:]), torch.tensor(scores[1:], dtype=rows.scores.dtype),
+             turn)]

@@ -1,0 +1,114 @@
+"""The single-row loop (:mod:`nmt_specdec.decoding.single_row`) equals the batched loop.
+
+At batch 1 on the CPU the engine decides on the host; the batched loop is the
+reference. Same tokens, same scores (bit for bit: the same float32 arithmetic),
+same iterations per sentence and the same statistics, on the shipped model's
+40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance and
+--spec-k auto, on both backends; and at the length limits (EOS forbidden before
+``min_len``, forced at ``max_len``) on the toy model.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_model
+
+
+@pytest.fixture(scope="module")
+def shipped(onnx_cache):
+    torch.set_num_threads(1)
+    model, task = load_model()
+    return model, task, hand_written_sources(task)
+
+
+def _generator(model, task, options, backend="torch", min_len=1, max_len_a=None,
+               max_len_b=None):
+    from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules
+
+    rules = LengthRules.from_generation_args(argparse.Namespace(
+        min_len=min_len, unkpen=0.0, lenpen=1.0,
+        max_len_a=SETTINGS["max_len_a"] if max_len_a is None else max_len_a,
+        max_len_b=SETTINGS["max_len_b"] if max_len_b is None else max_len_b), model)
+    return SpecDecGenerator(model, task.target_dictionary, options, rules,
+                            backend=make_backend(backend, model, task.target_dictionary))
+
+
+def _decode_both(model, task, sources, **kwargs):
+    """Hypotheses and stats of the single-row loop and of the batched loop, batch 1."""
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    results = []
+    for single_row in (True, False):
+        generator = _generator(model, task, **kwargs)
+        generator.single_row = single_row
+        hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
+                for i in range(len(sources))]
+        results.append((hyps, generator.stats))
+    return results
+
+
+def _assert_same(results) -> None:
+    (ours, our_stats), (theirs, their_stats) = results
+    for index, (a, b) in enumerate(zip(ours, theirs)):
+        assert torch.equal(a["tokens"], b["tokens"]), index
+        assert torch.equal(a["positional_scores"], b["positional_scores"]), index
+        assert a["positional_scores"].dtype == b["positional_scores"].dtype
+        assert a["iterations"] == b["iterations"], index
+    for field in ("sentences", "iterations", "tokens", "drafted_per_slot",
+                  "accepted_per_slot"):
+        assert getattr(our_stats, field) == getattr(their_stats, field), field
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("k, beta, tau", [(0, 1, 0.0), (2, 1, 0.0), (4, 1, 0.0),
+                                          (4, 3, 1.0)])
+def test_single_row_loop_equals_the_batched_loop(shipped, backend, k, beta, tau):
+    from nmt_specdec.decoding.options import SpecDecOptions
+
+    model, task, sources = shipped
+    results = _decode_both(model, task, sources, backend=backend,
+                           options=SpecDecOptions(k=k, beta=beta, tau=tau))
+    _assert_same(results)
+    if k:  # drafting happened, so the comparison covers acceptance and the EOS cut
+        assert results[0][1].mean_accepted_tokens > 1.2
+
+
+def test_auto_k_takes_the_same_turns(shipped):
+    # The policy learns from timings, so its choices may differ between two runs;
+    # with a fixed cost model they must not.
+    from nmt_specdec.decoding.k_policy import AutoK
+    from nmt_specdec.decoding.options import SpecDecOptions
+
+    model, task, sources = shipped
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    outputs = []
+    for single_row in (True, False):
+        generator = _generator(model, task, SpecDecOptions(k=4, auto_k=True))
+        generator.single_row = single_row
+        generator.k_policy = AutoK(4, cost=lambda k, batch: 1.0 + 0.3 * k)
+        hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
+                for i in range(len(sources))]
+        outputs.append(([h["tokens"].tolist() for h in hyps], generator.stats.k_chosen))
+    assert outputs[0] == outputs[1]
+    assert len(outputs[0][1]) > 1  # more than one K was chosen
+
+
+@pytest.mark.parametrize("min_len, max_len_b", [(3, 5), (1, 2), (6, 8)])
+def test_length_limits_match(shipped, min_len, max_len_b):
+    # EOS forbidden for the first min_len steps, forced at max_len: both loops
+    # apply the same constraints at the same iterations.
+    from nmt_specdec.decoding.options import SpecDecOptions
+
+    model, task, sources = shipped
+    results = _decode_both(model, task, sources[:12], options=SpecDecOptions(k=2),
+                           min_len=min_len, max_len_a=0, max_len_b=max_len_b)
+    _assert_same(results)
+    lengths = [h["tokens"].numel() for h in results[0][0]]
+    # Output steps 0..max_len (EOS at the last), never EOS before step min_len.
+    assert min_len + 1 <= min(lengths) and max(lengths) <= max_len_b + 1
+    assert max(lengths) == max_len_b + 1  # some sentence was cut by the limit
