@@ -38,6 +38,9 @@ class KPolicy:
     """Fixed K: always the largest K allowed (``limit``)."""
 
     wants_counts = False  # the loop reads accepted counts back only for policies that learn
+    # False for a batch that will not draft: the loop then sizes it as greedy (no
+    # cache slots for drafts, which a graph backend would attend over, masked).
+    may_draft = True
 
     def choose(self, limit: int, batch: int) -> int:
         """K for this iteration, at most ``limit``, for ``batch`` active rows."""
@@ -180,21 +183,21 @@ class AutoK(KPolicy):
         self.cost: CostFn = cost if cost is not None else self.table
         self.batch = 1
         self.arms = BatchArms()
-        self.drafting = True  # this batch's arm (a single row always may draft)
+        self.may_draft = True  # this batch's arm (a single row always may)
         self.batch_bucket = 1
 
     def start_batch(self, rows: int) -> None:
         self.batch_bucket = CostTable.bucket(rows)
-        self.drafting = rows == 1 or self.arms.drafts(self.batch_bucket)
-        self.wants_counts = self.drafting  # a greedy batch has nothing to learn per turn
+        self.may_draft = rows == 1 or self.arms.drafts(self.batch_bucket)
+        self.wants_counts = self.may_draft  # a greedy batch has nothing to learn per turn
 
     def end_batch(self, tokens: int, seconds: float) -> None:
         if self.batch_bucket > 1:
-            self.arms.record(self.batch_bucket, self.drafting, tokens, seconds)
+            self.arms.record(self.batch_bucket, self.may_draft, tokens, seconds)
 
     def choose(self, limit: int, batch: int) -> int:
         self.batch = batch
-        if not self.drafting:
+        if not self.may_draft:
             return 0
         tokens = self.acceptance.expected_tokens()
         best_k, best_rate = 0, -1.0

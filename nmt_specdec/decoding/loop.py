@@ -155,8 +155,7 @@ class SpecDecGenerator(nn.Module):
         """Runs the loop; returns (tokens, scores, iterations) per input row."""
         started = time.perf_counter()
         self.k_policy.start_batch(max_len.numel())
-        if (self.single_row and max_len.numel() == 1 and self.options.candidates == 1
-                and verifier.embed.device.type == "cpu"):
+        if self.single_row and max_len.numel() == 1 and verifier.embed.device.type == "cpu":
             finished = decode_single_row(self, verifier, encoder_out, max_len, bos)
         else:
             finished = self._decode_rows(verifier, encoder_out, max_len, bos)
@@ -167,7 +166,8 @@ class SpecDecGenerator(nn.Module):
     def _decode_rows(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
                      bos: int) -> List[tuple]:
         """The batched loop (any batch, trees, any device)."""
-        batch, k_max = max_len.numel(), self.options.k
+        batch = max_len.numel()
+        k_max = self.options.k if self.k_policy.may_draft else 0
         limits = max_len.tolist()
         # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
         width = max(limits) + k_max * self.options.candidates + 2

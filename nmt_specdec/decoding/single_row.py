@@ -9,9 +9,9 @@ and decides with Python ints: the model calls, the constraints and the
 criterion (:func:`~.acceptance.drafts_pass`, any beta and tau) stay the shared
 tensor code, and what remains is a few small reads per iteration.
 
-Used by :meth:`~.loop.SpecDecGenerator.decode` for a batch of one on the CPU
-with chains of drafts (trees and batches take the batched loop; on a GPU the
-batched loop's single host read per iteration is cheaper than these few).
+Used by :meth:`~.loop.SpecDecGenerator.decode` for a batch of one on the CPU,
+chains and draft trees alike (batches take the batched loop; on a GPU its
+single host read per iteration is cheaper than these few).
 Tested equal to the batched loop token for token, score for score, iteration
 for iteration.
 
@@ -28,6 +28,12 @@ from torch import Tensor
 
 from nmt_specdec.decoding.acceptance import drafts_pass
 from nmt_specdec.decoding.backends.base import VerifierCalls
+from nmt_specdec.decoding.draft_tree import (
+    flatten_candidates,
+    move_leaf_keys,
+    resolve_tree,
+    tree_layout,
+)
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.scoring import constrain_logits_, normaliser
 
@@ -39,8 +45,9 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
                       max_len: Tensor, bos: int) -> List[tuple]:
     """``gen.decode`` for one row: ``[(tokens, scores, iterations)]``."""
     options, rules, eos = gen.options, gen.rules, gen.eos
-    k_max, limit = options.k, int(max_len[0])
-    width = limit + k_max + 2  # as the batched loop: committed <= max_len + 1, then K inputs
+    k_max, limit, candidates = options.k, int(max_len[0]), options.candidates
+    # As the batched loop: committed <= max_len + 1, then K*C inputs.
+    width = limit + k_max * candidates + 2
     cross = verifier.cross_states(encoder_out)
     cache = gen._cache = verifier.new_cache(1, width)
     rows = gen._start_rows(max_len, bos, width, verifier.embed)
@@ -60,41 +67,55 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         length = len(committed)  # BOS included; the last token is not cached yet
         k = gen.k_policy.choose(max(0, min(k_max, limit - turn)), 1)
         checks = (turn < rules.min_len, length - 1 + k >= limit)
+        tree = tree_layout(k, candidates) if k > 0 and candidates > 1 else None
         tokens = inputs.get(k + 1)
         if tokens is None:
             tokens = inputs[k + 1] = lengths.new_zeros(1, k + 1)
         tokens[0, 0] = committed[-1]
         if k > 0:
-            drafts = gen.drafter.propose(DraftRequest(prefix, lengths, states, rows.index, k))
-            tokens[0, 1:] = drafts[0]
+            request = DraftRequest(prefix, lengths, states, rows.index, k)
+            if tree is None:
+                tokens[0, 1:] = gen.drafter.propose(request)[0]
+            else:  # the chain and its leaves, flat in verify order
+                tokens = flatten_candidates(tokens[:, :1], gen.drafter.propose_candidates(
+                    request, candidates))
         host_start[0] = length - 1
-        verified = verifier.verify(tokens, start, length - 1, cache, cross, True, None)
+        verified = verifier.verify(tokens, start, length - 1, cache, cross, True, tree)
         logits = verified.logits  # (1, N, V)
         lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
-        constrain_logits_(logits, start.unsqueeze(1) + offsets[: k + 1], max_len, rules,
-                          *checks)
-        # Accept: the shared criterion, then the all-true prefix on the host.
-        num_accepted, proposed = 0, []
-        if k > 0:
-            proposed = tokens[0, 1:].tolist()
-            for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
-                                      options.tau)[0].tolist():
-                if not passed:
-                    break
-                num_accepted += 1
-        correction = int(logits[0, num_accepted].topk(1).indices)
+        steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
+        constrain_logits_(logits, steps, max_len, rules, *checks)
+        # Accept: the shared criteria, then the all-true prefix on the host.
+        num_accepted, proposed, path = 0, [], range(k + 1)
+        if tree is not None:
+            outcome = resolve_tree(logits, tokens, k, options.beta, options.tau)
+            num_accepted = int(outcome.acceptance.num_accepted[0])
+            correction = int(outcome.acceptance.correction[0])
+            proposed, path = outcome.drafts[0].tolist(), outcome.path[0].tolist()
+            if outcome.leaf_taken:
+                move_leaf_keys(cache, start, outcome.path, outcome.acceptance.num_accepted)
+        else:
+            if k > 0:
+                proposed = tokens[0, 1:].tolist()
+                for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
+                                          options.tau)[0].tolist():
+                    if not passed:
+                        break
+                    num_accepted += 1
+            correction = int(logits[0, num_accepted].topk(1).indices)
         new = proposed[:num_accepted] + [correction]
         finished = eos in new
         if finished:  # the batched loop's cut after the first EOS
             new = new[: new.index(eos) + 1]
         count = len(new)
-        picked = logits[0, :count].gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
-        scores += (picked - lse[0, :count]).tolist()
+        # The flat input whose scores predicted each committed token (a chain: 0..).
+        where, what = torch.tensor([list(path[:count]), new]).unbind(0)
+        scores += (logits[0, where, what] - lse[0, where]).tolist()
         host_tokens[0, length: length + count] = new
         committed += new
         host_length[0] = length + count
         # The state that predicted the correction: the next draft reads it.
-        states = verified.hidden[:, num_accepted]
+        states = verified.hidden[:, path[num_accepted]]
         # Statistics as the batched loop's drafts_before_eos: slots at or before the EOS.
         for slot in range(min(count, k) if finished else k):
             drafted[slot] += 1

@@ -3,8 +3,8 @@
 At batch 1 on the CPU the engine decides on the host; the batched loop is the
 reference. Same tokens, same scores (bit for bit: the same float32 arithmetic),
 same iterations per sentence and the same statistics, on the shipped model's
-40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance and
---spec-k auto, on both backends; and at the length limits (EOS forbidden before
+40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance, draft
+trees and --spec-k auto, on both backends; and at the length limits (EOS forbidden before
 ``min_len``, forced at ``max_len``) on the toy model.
 """
 
@@ -65,14 +65,15 @@ def _assert_same(results) -> None:
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
-@pytest.mark.parametrize("k, beta, tau", [(0, 1, 0.0), (2, 1, 0.0), (4, 1, 0.0),
-                                          (4, 3, 1.0)])
-def test_single_row_loop_equals_the_batched_loop(shipped, backend, k, beta, tau):
+@pytest.mark.parametrize("k, beta, tau, candidates", [
+    (0, 1, 0.0, 1), (2, 1, 0.0, 1), (4, 1, 0.0, 1), (4, 3, 1.0, 1),  # chains
+    (2, 1, 0.0, 2), (4, 3, 1.0, 3)])  # draft trees (--spec-candidates)
+def test_single_row_loop_equals_the_batched_loop(shipped, backend, k, beta, tau, candidates):
     from nmt_specdec.decoding.options import SpecDecOptions
 
     model, task, sources = shipped
-    results = _decode_both(model, task, sources, backend=backend,
-                           options=SpecDecOptions(k=k, beta=beta, tau=tau))
+    results = _decode_both(model, task, sources, backend=backend, options=SpecDecOptions(
+        k=k, beta=beta, tau=tau, candidates=candidates))
     _assert_same(results)
     if k:  # drafting happened, so the comparison covers acceptance and the EOS cut
         assert results[0][1].mean_accepted_tokens > 1.2

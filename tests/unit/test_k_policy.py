@@ -99,6 +99,7 @@ def test_auto_k_decodes_a_batch_greedily_until_drafting_has_proved_faster():
     policy = AutoK(4, cost=lambda k, batch: 1.0 + 0.1 * k)  # drafting looks cheap per turn
     policy.start_batch(32)
     assert policy.choose(4, 32) == 0 and not policy.wants_counts  # the first batch: greedy
+    assert not policy.may_draft  # ... sized as greedy by the loop
     policy.end_batch(tokens=1000, seconds=1.0)
     policy.start_batch(32)
     assert policy.choose(4, 32) > 0 and policy.wants_counts  # the second: drafting
