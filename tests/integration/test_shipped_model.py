@@ -80,6 +80,22 @@ def test_known_sentences_translate() -> None:
         assert all(w.lower() in words for w in example["expect"]), example
 
 
+def test_examples_translate_in_a_fresh_process() -> None:
+    # The quickstart translates its examples after an evaluation step that may be
+    # reused (outputs up to date): nothing else has imported the plugin then.
+    import subprocess
+    import sys
+
+    code = ("import sys, fairseq\n"
+            "assert 'fairseq_plugins' not in sys.modules\n"
+            "from nmt_specdec.workflows.quickstart_pretrained import translate_examples\n"
+            "print(len(translate_examples()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=MODEL_DIR.parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) == len(quickstart_pretrained.examples_for(MODEL_DIR))
+
+
 @pytest.fixture(scope="module")
 def model_and_task():
     torch.set_num_threads(1)
