@@ -11,8 +11,13 @@ or large batches on a compute-bound CPU.
   j is accepted once slot j-1 was, counted with exponential forgetting and a
   Beta(1, 1) prior; a slot never drafted inherits its predecessor's ``c``.
 - Cost: measured seconds per iteration for each (K, batch-size bucket), as an
-  exponential moving average; a K not measured yet at that bucket is
-  extrapolated linearly in K from the ones that are (with a prior slope).
+  exponential moving average; a K >= 1 not measured yet at that bucket is
+  extrapolated linearly in K from the drafting K that are (with a prior
+  slope). K=0 is never extrapolated: it makes no draft call, a fixed cost that
+  a line through the drafting K puts into it (at batch 1 on ONNX Runtime that
+  priced greedy at 1.8 ms a step instead of 1.44, and auto never tried it:
+  0.87x greedy with --int8). An unmeasured K that cannot be extrapolated is
+  tried once.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
   decided per batch, from the tokens per second that whole batches committed
   with and without drafting. A per-iteration cost model misses what drafting
@@ -132,13 +137,20 @@ class AcceptanceEstimate:
 class CostTable:
     """Measured seconds per iteration by (K, batch bucket), with extrapolation.
 
+    The first iteration at a new K is not trusted: it pays for first-use work
+    (the runtime plans memory for a new input shape, buffers are bound), which
+    made K=1 look like 3 ms against 2.3 and, believed, kept auto at K=0 on ONNX
+    Runtime for good (where K=2 is 1.14x faster). It counts once a second
+    iteration at that K replaces it.
+
     Args:
         prior_slope: relative extra cost per drafted token before two K are measured.
         smoothing: weight of a new measurement in the moving average.
     """
 
     def __init__(self, prior_slope: float = 0.3, smoothing: float = 0.2):
-        self.seconds: Dict[Tuple[int, int], float] = {}
+        self.seconds: Dict[Tuple[int, int], float] = {}  # trusted measurements only
+        self.first: Dict[Tuple[int, int], float] = {}  # first iterations, not trusted
         self.prior_slope, self.smoothing = prior_slope, smoothing
 
     @staticmethod
@@ -147,16 +159,25 @@ class CostTable:
 
     def record(self, k: int, batch: int, seconds: float) -> None:
         key = (k, self.bucket(batch))
+        if key not in self.first:
+            self.first[key] = seconds
+            return
         old = self.seconds.get(key)
         self.seconds[key] = seconds if old is None else old + self.smoothing * (seconds - old)
 
+    def tried(self, batch: int) -> bool:
+        """Whether any K has run at this bucket (trusted or not)."""
+        bucket = self.bucket(batch)
+        return any(b == bucket for _, b in self.first)
+
     def __call__(self, k: int, batch: int) -> Optional[float]:
-        """Estimated seconds of an iteration with K=k (None: nothing measured yet)."""
+        """Estimated seconds of an iteration with K=k (None: not measured, and K=0
+        or no drafting K measured at this bucket to extrapolate from)."""
         bucket = self.bucket(batch)
         if (k, bucket) in self.seconds:
             return self.seconds[(k, bucket)]
-        known = sorted((kk, s) for (kk, b), s in self.seconds.items() if b == bucket)
-        if not known:
+        known = sorted((kk, s) for (kk, b), s in self.seconds.items() if b == bucket and kk > 0)
+        if k == 0 or not known:
             return None
         if len(known) == 1:
             k0, s0 = known[0]
@@ -200,9 +221,12 @@ class AutoK(KPolicy):
         if not self.may_draft:
             return 0
         tokens = self.acceptance.expected_tokens()
+        costs = [self.cost(k, batch) for k in range(limit + 1)]
+        tried = self.table.tried(batch) if self.table is not None else False
+        if (tried or any(c is not None for c in costs)) and None in costs:
+            return costs.index(None)  # run it (again): measured seconds beat a guess
         best_k, best_rate = 0, -1.0
-        for k in range(limit + 1):
-            seconds = self.cost(k, batch)
+        for k, seconds in enumerate(costs):
             if seconds is None:  # nothing measured yet: start from the prior
                 seconds = 1 + CostTable().prior_slope * k
             rate = tokens[k] / seconds

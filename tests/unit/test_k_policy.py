@@ -60,13 +60,37 @@ def test_measured_costs_pick_the_middle():
 def test_cost_table_measures_and_extrapolates():
     table = CostTable(prior_slope=0.5)
     assert table(3, 1) is None
+    table.record(0, 1, 9.0)  # a first iteration at a K pays for first use: not trusted
+    assert table(0, 1) is None and table.tried(1) and not table.tried(32)
     table.record(0, 1, 2.0)
-    assert table(0, 1) == 2.0 and table(2, 1) == pytest.approx(4.0)  # prior slope
-    table.record(4, 1, 4.0)
-    assert table(2, 1) == pytest.approx(3.0)  # linear between measured K
+    assert table(0, 1) == 2.0 and table(2, 1) is None  # greedy says nothing of a draft call
+    table.record(1, 1, 30.0)
+    table.record(1, 1, 3.0)
+    assert table(3, 1) == pytest.approx(5.0)  # prior slope from K=1: 2.0 * (1 + 0.5 * 3)
+    table.record(4, 1, 6.0)
+    table.record(4, 1, 6.0)
+    assert table(2, 1) == pytest.approx(4.0)  # linear between measured drafting K
     assert table(0, 32) is None  # another batch bucket
     table.record(0, 1, 4.0)
     assert 2.0 < table(0, 1) < 4.0  # moving average
+
+
+def test_auto_k_measures_greedy_instead_of_extrapolating_it():
+    # A draft call costs a whole step before any slot (greedy 1.0, drafting 2.0 + 0.1 K)
+    # and each slot is accepted half the time once its predecessor was: K=4 commits
+    # 1.94 tokens in 2.4 (0.81 a unit of time), greedy 1 in 1. A line through the
+    # drafting K would price greedy at 2.0 and never try it.
+    policy = AutoK(4)
+    # P(n >= j) = 2^-j, the long runs first (as a sentence's easy start would).
+    geometric = [4, 3, 2, 2] + [1] * 4 + [0] * 8
+    chosen = []
+    for turn in range(300):
+        k = policy.choose(4, 1)
+        accepted = min(geometric[turn % len(geometric)], k)
+        policy.observe([accepted], k, seconds=1.0 if k == 0 else 2.0 + 0.1 * k)
+        chosen.append(k)
+    assert 0 in chosen[:5]  # tried early, once something else was measured
+    assert chosen[-100:].count(0) >= 95
 
 
 def test_batch_arms_try_greedy_then_drafting_then_keep_the_faster():
