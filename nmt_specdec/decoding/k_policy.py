@@ -61,6 +61,11 @@ class KPolicy:
         """The batch committed ``tokens`` output tokens in ``seconds`` of decoding."""
 
 
+def moving_average(old: Optional[float], new: float, weight: float) -> float:
+    """Exponential moving average; the first value stands alone."""
+    return new if old is None else old + weight * (new - old)
+
+
 class BatchArms:
     """Draft or not, per batch of several rows: whichever committed more tokens
     per second on earlier batches of the same size bucket.
@@ -92,9 +97,9 @@ class BatchArms:
 
     def record(self, bucket: int, drafted: bool, tokens: int, seconds: float) -> None:
         self.batches[bucket] = self.batches.get(bucket, 0) + 1
-        rate = tokens / max(seconds, 1e-9)
-        old = self.rate.get((bucket, drafted))
-        self.rate[(bucket, drafted)] = rate if old is None else old + self.smoothing * (rate - old)
+        key = (bucket, drafted)
+        self.rate[key] = moving_average(self.rate.get(key), tokens / max(seconds, 1e-9),
+                                        self.smoothing)
 
 
 class AcceptanceEstimate:
@@ -162,8 +167,7 @@ class CostTable:
         if key not in self.first:
             self.first[key] = seconds
             return
-        old = self.seconds.get(key)
-        self.seconds[key] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self.seconds[key] = moving_average(self.seconds.get(key), seconds, self.smoothing)
 
     def tried(self, batch: int) -> bool:
         """Whether any K has run at this bucket (trusted or not)."""
@@ -222,8 +226,9 @@ class AutoK(KPolicy):
             return 0
         tokens = self.acceptance.expected_tokens()
         costs = [self.cost(k, batch) for k in range(limit + 1)]
-        tried = self.table.tried(batch) if self.table is not None else False
-        if (tried or any(c is not None for c in costs)) and None in costs:
+        measured = (self.table.tried(batch) if self.table is not None
+                    else any(c is not None for c in costs))
+        if measured and None in costs:
             return costs.index(None)  # run it (again): measured seconds beat a guess
         best_k, best_rate = 0, -1.0
         for k, seconds in enumerate(costs):

@@ -23,7 +23,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.acceptance import accept_drafts, commit_tokens, drafts_before_eos
+from nmt_specdec.decoding.acceptance import accept_drafts, commit_tokens
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.draft_tree import (
@@ -43,7 +43,7 @@ from nmt_specdec.decoding.scoring import (
     positional_scores,
 )
 from nmt_specdec.decoding.single_row import decode_single_row
-from nmt_specdec.decoding.stats import SpecDecStats
+from nmt_specdec.decoding.stats import SpecDecStats, tally_turns
 from nmt_specdec.errors import UserError
 
 
@@ -307,9 +307,7 @@ class SpecDecGenerator(nn.Module):
 
 
 def tally_trace(trace: List[tuple], k_max: int) -> Tuple[List[int], List[int], int, int]:
-    """Per-slot totals of a batch's turns (one host read).
-
-    Only drafts at or before a committed EOS count (:func:`drafts_before_eos`).
+    """Per-slot totals of a batch's turns (:func:`~.stats.tally_turns`, one host read).
 
     Args:
         trace: per turn ``(K, num_accepted, committed, finished)``, the last three
@@ -320,13 +318,6 @@ def tally_trace(trace: List[tuple], k_max: int) -> Tuple[List[int], List[int], i
         ``(drafted_per_slot, accepted_per_slot, iterations, tokens)`` for
         :meth:`SpecDecStats.add_tally`.
     """
-    num_accepted = torch.cat([t[1] for t in trace])  # (R,) over all row-turns
-    k = torch.cat([t[1].new_full(t[1].shape, t[0]) for t in trace])  # (R,)
-    counts = torch.cat([t[2] for t in trace])  # (R,)
-    drafted, accepted = drafts_before_eos(k, num_accepted, counts,
-                                          torch.cat([t[3] for t in trace]))
-    slots = torch.arange(k_max, device=k.device)
-    drafted_per_slot = (drafted.unsqueeze(1) > slots).sum(0)  # (K,)
-    accepted_per_slot = (accepted.unsqueeze(1) > slots).sum(0)  # (K,); accepted <= drafted
-    values = torch.cat([drafted_per_slot, accepted_per_slot, counts.sum().view(1)]).tolist()
-    return values[:k_max], values[k_max: 2 * k_max], int(k.numel()), values[-1]
+    return tally_turns(torch.cat([t[1].new_full(t[1].shape, t[0]) for t in trace]),
+                       torch.cat([t[1] for t in trace]), torch.cat([t[2] for t in trace]),
+                       torch.cat([t[3] for t in trace]), k_max)

@@ -36,6 +36,7 @@ from nmt_specdec.decoding.draft_tree import (
 )
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.scoring import constrain_logits_, normaliser
+from nmt_specdec.decoding.stats import tally_turns
 
 if TYPE_CHECKING:
     from nmt_specdec.decoding.loop import SpecDecGenerator
@@ -60,11 +61,11 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
     inputs: Dict[int, Tensor] = {}  # N -> (1, N) verify inputs, kept (stable bindings)
     offsets = torch.arange(k_max + 1)
     committed, scores = [bos], [0.0]
-    drafted, accepted = [0] * k_max, [0] * k_max
-    turn = 0
+    turns: List[tuple] = []  # (K, accepted drafts, committed, finished) per turn
     while True:
         started = time.perf_counter()
         length = len(committed)  # BOS included; the last token is not cached yet
+        turn = len(turns)
         k = gen.k_policy.choose(max(0, min(k_max, limit - turn)), 1)
         checks = (turn < rules.min_len, length - 1 + k >= limit)
         tree = tree_layout(k, candidates) if k > 0 and candidates > 1 else None
@@ -116,17 +117,13 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         host_length[0] = length + count
         # The state that predicted the correction: the next draft reads it.
         states = verified.hidden[:, path[num_accepted]]
-        # Statistics as the batched loop's drafts_before_eos: slots at or before the EOS.
-        for slot in range(min(count, k) if finished else k):
-            drafted[slot] += 1
-            accepted[slot] += slot < min(num_accepted, count)
+        turns.append((k, num_accepted, count, finished))
         gen.stats.k_chosen[k] = gen.stats.k_chosen.get(k, 0) + 1
-        turn += 1
         gen.k_policy.observe([num_accepted] if gen.k_policy.wants_counts else [], k,
                              time.perf_counter() - started)
         if finished:
             break
     gen.stats.sentences += 1
-    gen.stats.add_tally(drafted, accepted, turn, len(committed) - 1)
+    gen.stats.add_tally(*tally_turns(*map(torch.tensor, zip(*turns)), k_max))
     return [(torch.tensor(committed[1:]), torch.tensor(scores[1:], dtype=rows.scores.dtype),
-             turn)]
+             len(turns))]

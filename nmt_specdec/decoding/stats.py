@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Tuple
 
+import torch
 from torch import Tensor
+
+from nmt_specdec.decoding.acceptance import drafts_before_eos
 
 
 def oracle_tokens_per_iteration(lengths: Iterable[int], k: int) -> float:
@@ -87,3 +90,25 @@ class SpecDecStats:
             f"acceptance by slot [{slots}{' ...' if len(self.accepted_per_slot) > 8 else ''}], "
             f"K chosen (K:turns) [{ks}]"
         )
+
+
+def tally_turns(k: Tensor, num_accepted: Tensor, counts: Tensor, finished: Tensor,
+                k_max: int) -> Tuple[List[int], List[int], int, int]:
+    """Per-slot totals of R row-turns (one host read), for :meth:`SpecDecStats.add_tally`.
+
+    Only drafts at or before a committed EOS count (:func:`~.acceptance.drafts_before_eos`).
+
+    Args:
+        k, num_accepted, counts, finished: (R,) each row-turn's K, accepted drafts,
+            committed tokens and whether it committed EOS.
+        k_max: the largest K.
+
+    Returns:
+        ``(drafted_per_slot, accepted_per_slot, iterations, tokens)``.
+    """
+    drafted, accepted = drafts_before_eos(k, num_accepted, counts, finished)
+    slots = torch.arange(k_max, device=k.device)
+    drafted_per_slot = (drafted.unsqueeze(1) > slots).sum(0)  # (K,)
+    accepted_per_slot = (accepted.unsqueeze(1) > slots).sum(0)  # (K,); accepted <= drafted
+    values = torch.cat([drafted_per_slot, accepted_per_slot, counts.sum().view(1)]).tolist()
+    return values[:k_max], values[k_max: 2 * k_max], int(k.numel()), values[-1]

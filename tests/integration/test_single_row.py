@@ -10,12 +10,10 @@ trees and --spec-k auto, on both backends; and at the length limits (EOS forbidd
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 import torch
 
-from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_model
+from tests.helpers.shipped_model import hand_written_sources, load_model, shipped_generator
 
 
 @pytest.fixture(scope="module")
@@ -25,18 +23,11 @@ def shipped(onnx_cache):
     return model, task, hand_written_sources(task)
 
 
-def _generator(model, task, options, backend="torch", min_len=1, max_len_a=None,
-               max_len_b=None):
+def _generator(model, task, options, backend="torch", **lengths):
     from nmt_specdec.decoding.backends import make_backend
-    from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules
 
-    rules = LengthRules.from_generation_args(argparse.Namespace(
-        min_len=min_len, unkpen=0.0, lenpen=1.0,
-        max_len_a=SETTINGS["max_len_a"] if max_len_a is None else max_len_a,
-        max_len_b=SETTINGS["max_len_b"] if max_len_b is None else max_len_b), model)
-    return SpecDecGenerator(model, task.target_dictionary, options, rules,
-                            backend=make_backend(backend, model, task.target_dictionary))
+    return shipped_generator(model, task, options=options, **lengths,
+                             backend=make_backend(backend, model, task.target_dictionary))
 
 
 def _decode_both(model, task, sources, **kwargs):

@@ -102,16 +102,14 @@ class TorchBackend(Backend):
         super().__init__()
         self.model = model
         self._verifier: Optional[TorchVerifier] = None
-        self._watch: Optional[WeightsWatch] = None
+        self._watch = WeightsWatch(model)  # a replaced decoder is a change of the model
 
     def encode(self, net_input: dict) -> EncoderOut:
         self.calls["encode"] += 1
         return self.model.encoder.forward_torchscript(net_input)
 
     def verifier(self) -> TorchVerifier:
-        if self._watch is None or self._watch.module is not self.model.decoder:
-            self._watch, self._verifier = WeightsWatch(self.model.decoder), None
-        if self._verifier is None or self._watch.changed():
+        if self._watch.changed() or self._verifier is None:
             self._verifier = TorchVerifier(self.model.decoder, self)
         return self._verifier
 
