@@ -138,7 +138,7 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
         passed = (scores >= kth) & (best.index_select(1, parent) - scores <= tau)
         passed &= torch.isfinite(scores)  # never a -inf draft (e.g. forced EOS)
     rows = torch.cat([passed.long(), top1, inputs], dim=1).tolist()  # the one read-back
-    decided = [_walk(row, depth, width, new) for row in rows]
+    decided = [walk_row(row, depth, width, new) for row in rows]
     table = torch.tensor(decided, dtype=torch.long, device=logits.device)  # (B, 3+2K)
     num_accepted, correction = table[:, 0], table[:, 1]
     path, drafts = table[:, 3: 4 + depth], table[:, 4 + depth:]
@@ -147,7 +147,7 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
                        any(row[2] for row in decided))
 
 
-def _walk(row: list, depth: int, width: int, new: int) -> list:
+def walk_row(row: list, depth: int, width: int, new: int) -> list:
     """One row's walk: ``row`` = node passes (N-1), argmax per input (N), inputs
     (N). Returns [accepted, correction, leaf?, path (K+1), drafts (K)]."""
     passes, top1, inputs = row[: new - 1], row[new - 1: 2 * new - 1], row[2 * new - 1:]
@@ -169,7 +169,7 @@ def _walk(row: list, depth: int, width: int, new: int) -> list:
 
 
 @lru_cache(maxsize=64)
-def _parent_list(depth: int, candidates: int) -> Tuple[int, ...]:
+def parent_list(depth: int, candidates: int) -> Tuple[int, ...]:
     return tuple(int(o) - 1 for o in tree_layout(depth, candidates).offsets[1:])
 
 
@@ -178,7 +178,7 @@ def _parents(depth: int, candidates: int, device) -> Tensor:
     chain input at depth i-1."""
     key = (depth, candidates, device)
     if key not in _PARENTS:
-        _PARENTS[key] = torch.tensor(_parent_list(depth, candidates), device=device)
+        _PARENTS[key] = torch.tensor(parent_list(depth, candidates), device=device)
     return _PARENTS[key]
 
 

@@ -145,16 +145,18 @@ class SpecDecGenerator(nn.Module):
         net_input = sample["net_input"]
         encoder_out = self.backend.encode(net_input)
         max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad)
-        self.drafter.start_batch(sample, encoder_out)
+        self.k_policy.start_batch(max_len.numel())
+        if self.k_policy.may_draft:  # a greedy batch of --spec-k auto reads no draft state
+            self.drafter.start_batch(sample, encoder_out)
         bos = self.eos if bos_token is None else bos_token
         finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
     def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
                bos: int) -> List[tuple]:
-        """Runs the loop; returns (tokens, scores, iterations) per input row."""
+        """Runs the loop (after ``k_policy.start_batch``); returns (tokens, scores,
+        iterations) per input row."""
         started = time.perf_counter()
-        self.k_policy.start_batch(max_len.numel())
         if self.single_row and max_len.numel() == 1 and verifier.embed.device.type == "cpu":
             finished = decode_single_row(self, verifier, encoder_out, max_len, bos)
         else:
@@ -203,7 +205,8 @@ class SpecDecGenerator(nn.Module):
                 rows = Rows(*(field.index_select(0, keep) for field in rows))
                 cache.keep_rows(keep)
                 cross = verifier.keep_rows(cross, keep)
-                self.drafter.keep_rows(keep)
+                if k_max > 0:  # else the drafter was not started on this batch
+                    self.drafter.keep_rows(keep)
                 limits = rows.max_len.tolist()
                 if keep.numel():  # the longest row may have left (a rare, second read)
                     longest = int(rows.lengths.max())

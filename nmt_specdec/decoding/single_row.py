@@ -5,24 +5,30 @@ Runtime) spent ~0.6 ms outside the runtime's ~1.5 ms: ~120 small tensor ops
 (acceptance, commit, the EOS cut, per-row writes and gathers) that exist to
 serve B rows at once, each a few microseconds of dispatch on tensors of a
 handful of elements. For one row the host keeps the committed tokens in a list
-and decides with Python ints: the model calls, the constraints and the
-criterion (:func:`~.acceptance.drafts_pass`, any beta and tau) stay the shared
-tensor code, and what remains is a few small reads per iteration.
+and decides with Python ints. At beta = 1 it also decides on numpy views of the
+verifier's scores (:func:`greedy_accept`: a max, an argmax and a gather over
+the (N, V) block): acceptance, constraint and score reads of a K=2 C=2 tree
+iteration took ~230 us as tensor ops, ~130 us this way (in the loop); the
+model calls, the length constraints and any other criterion (top-beta, tau)
+stay the shared tensor code.
 
 Used by :meth:`~.loop.SpecDecGenerator.decode` for a batch of one on the CPU,
 chains and draft trees alike (batches take the batched loop; on a GPU its
 single host read per iteration is cheaper than these few).
 Tested equal to the batched loop token for token, score for score, iteration
-for iteration.
+for iteration (``tests/integration/test_single_row.py``), and :func:`greedy_accept`
+equal to the shared acceptance on random and tied scores.
 
 Shapes: K draft slots, N = K + 1 verified positions, V vocabulary.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,8 +37,10 @@ from nmt_specdec.decoding.backends.base import VerifierCalls
 from nmt_specdec.decoding.draft_tree import (
     flatten_candidates,
     move_leaf_keys,
+    parent_list,
     resolve_tree,
     tree_layout,
+    walk_row,
 )
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.scoring import constrain_logits_, normaliser
@@ -84,34 +92,28 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         verified = verifier.verify(tokens, start, length - 1, cache, cross, True, tree)
         logits = verified.logits  # (1, N, V)
         lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
-        steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
-        constrain_logits_(logits, steps, max_len, rules, *checks)
-        # Accept: the shared criteria, then the all-true prefix on the host.
-        num_accepted, proposed, path = 0, [], range(k + 1)
-        if tree is not None:
-            outcome = resolve_tree(logits, tokens, k, options.beta, options.tau)
-            num_accepted = int(outcome.acceptance.num_accepted[0])
-            correction = int(outcome.acceptance.correction[0])
-            proposed, path = outcome.drafts[0].tolist(), outcome.path[0].tolist()
-            if outcome.leaf_taken:
-                move_leaf_keys(cache, start, outcome.path, outcome.acceptance.num_accepted)
-        else:
-            if k > 0:
-                proposed = tokens[0, 1:].tolist()
-                for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
-                                          options.tau)[0].tolist():
-                    if not passed:
-                        break
-                    num_accepted += 1
-            correction = int(logits[0, num_accepted].topk(1).indices)
+        if any(checks) or rules.unk_penalty:
+            steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
+            constrain_logits_(logits, steps, max_len, rules, *checks)
+        else:  # the one constraint of most steps, as a column write on the host
+            logits.detach().numpy()[0, :, rules.pad] = -math.inf
+        flat = logits[0].detach().numpy()  # (N, V) the constrained scores, the same memory
+        if options.beta == 1:
+            num_accepted, correction, leaf_taken, path, proposed = greedy_accept(
+                flat, logits, tokens[0].tolist(), k, candidates if tree is not None else 1)
+            if leaf_taken:
+                move_leaf_keys(cache, start, torch.tensor([path]), torch.tensor([num_accepted]))
+        else:  # the shared criterion (top-beta, tau) in tensor code
+            num_accepted, correction, proposed, path = _accept(logits, tokens, k, tree,
+                                                               options, cache, start)
         new = proposed[:num_accepted] + [correction]
         finished = eos in new
         if finished:  # the batched loop's cut after the first EOS
             new = new[: new.index(eos) + 1]
         count = len(new)
         # The flat input whose scores predicted each committed token (a chain: 0..).
-        where, what = torch.tensor([list(path[:count]), new]).unbind(0)
-        scores += (logits[0, where, what] - lse[0, where]).tolist()
+        where = list(path[:count])
+        scores += (flat[where, new] - lse[0].detach().numpy()[where]).tolist()
         host_tokens[0, length: length + count] = new
         committed += new
         host_length[0] = length + count
@@ -127,3 +129,60 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
     gen.stats.add_tally(*tally_turns(*map(torch.tensor, zip(*turns)), k_max))
     return [(torch.tensor(committed[1:]), torch.tensor(scores[1:], dtype=rows.scores.dtype),
              len(turns))]
+
+
+def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: int,
+                  width: int) -> Tuple[int, int, bool, List[int], List[int]]:
+    """beta = 1 for one row, in numpy: what :func:`~.draft_tree.resolve_tree` (and,
+    for a chain, :func:`~.acceptance.drafts_pass` with the ``topk`` correction)
+    decide, without a tensor op on the common path.
+
+    A draft passes when it scores the row's best (ties in its favour, never a
+    -inf draft), as in the shared code. The correction is the first index of the
+    best score; where another token ties it (which the shared code orders by
+    ``topk`` for chains, ``max`` for trees) the shared op decides.
+
+    Args:
+        flat: (N, V) constrained scores (a view of ``logits``).
+        logits: (1, N, V) the same scores as a tensor (for ties).
+        inputs: the N verified inputs (last committed token, then the drafts).
+        depth, width: K and C (1: a chain).
+
+    Returns:
+        ``(accepted drafts, correction, leaf taken, path (K+1), drafts of the path (K))``.
+    """
+    parents = list(parent_list(depth, width))  # node j+1's parent input
+    best = flat.max(axis=1)  # (N,)
+    drafted = flat[parents, inputs[1:]]
+    passes = (drafted >= best[parents]) & np.isfinite(drafted)
+    decided = walk_row(passes.tolist() + flat.argmax(axis=1).tolist() + inputs,
+                       depth, width, len(inputs))
+    accepted, correction, leaf = decided[:3]
+    path, drafts = decided[3: 4 + depth], decided[4 + depth:]
+    final = path[accepted]
+    if np.count_nonzero(flat[final] == best[final]) > 1:  # a tie: the shared code's order
+        row = logits[0, final]
+        correction = int(row.max(-1).indices if width > 1 else row.topk(1).indices)
+    return accepted, correction, bool(leaf), path, drafts
+
+
+def _accept(logits: Tensor, tokens: Tensor, k: int, tree, options, cache, start):
+    """Any beta and tau, by the shared tensor code: ``(accepted drafts, correction,
+    drafts of the path, path)``."""
+    num_accepted, proposed, path = 0, [], list(range(k + 1))
+    if tree is not None:
+        outcome = resolve_tree(logits, tokens, k, options.beta, options.tau)
+        num_accepted = int(outcome.acceptance.num_accepted[0])
+        correction = int(outcome.acceptance.correction[0])
+        proposed, path = outcome.drafts[0].tolist(), outcome.path[0].tolist()
+        if outcome.leaf_taken:
+            move_leaf_keys(cache, start, outcome.path, outcome.acceptance.num_accepted)
+        return num_accepted, correction, proposed, path
+    if k > 0:
+        proposed = tokens[0, 1:].tolist()
+        for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
+                                  options.tau)[0].tolist():
+            if not passed:
+                break
+            num_accepted += 1
+    return num_accepted, int(logits[0, num_accepted].topk(1).indices), proposed, path

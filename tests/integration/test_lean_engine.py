@@ -178,3 +178,26 @@ def test_logit_gap_at_the_first_difference(toy):
     assert gaps[0]["logit_gap"] > 0
     # A substituted token is no near-tie: the report must not call it rounding.
     assert gaps[0]["near_tie"] == (gaps[0]["logit_gap"] < 1e-4) and not gaps[0]["near_tie"]
+
+
+def test_auto_greedy_batches_start_no_drafter(toy):
+    # --spec-k auto's first batch of a size bucket is greedy (BatchArms): it must not
+    # pay for the draft head's per-batch state (the torch drafter projects the
+    # encoder output for its layers), nor keep its rows; the next batch drafts.
+    _, model, dictionary = toy
+    generator = SpecDecGenerator.from_generation_args(
+        model, dictionary, SpecDecOptions(k=4, auto_k=True), generation_args())
+    calls = []
+    for name in ("start_batch", "keep_rows"):
+        method = getattr(generator.drafter, name)
+        setattr(generator.drafter, name,
+                lambda *args, _name=name, _method=method: calls.append(_name) or _method(*args))
+    sample = source_batch(dictionary, [3, 9, 5, 12], seed=5)
+    expected = stock_greedy(model, dictionary, sample)
+    for drafts in (False, True):
+        calls.clear()
+        hyps = [h[0]["tokens"].tolist() for h in generator.generate([model], sample)]
+        assert hyps == expected
+        assert generator.k_policy.may_draft is drafts
+        assert ("start_batch" in calls) is drafts
+        assert drafts or "keep_rows" not in calls

@@ -1,0 +1,64 @@
+"""The single-row loop's numpy acceptance (beta = 1) decides what the shared tensor
+code decides: ``resolve_tree`` for trees, ``drafts_pass`` and the ``topk``
+correction for chains; on random scores, on scores with ties, and with -inf
+drafts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nmt_specdec.decoding.acceptance import drafts_pass
+from nmt_specdec.decoding.draft_tree import flatten_candidates, resolve_tree
+from nmt_specdec.decoding.single_row import greedy_accept
+
+VOCAB = 12
+
+
+def shared_decision(logits, inputs, depth, width):
+    """(accepted, correction, path, drafts) from the tensor code the batched loop runs."""
+    if width > 1:
+        outcome = resolve_tree(logits, inputs, depth, 1, 0.0)
+        return (int(outcome.acceptance.num_accepted[0]), int(outcome.acceptance.correction[0]),
+                outcome.path[0].tolist(), outcome.drafts[0].tolist())
+    accepted = 0
+    if depth:
+        for passed in drafts_pass(logits[:, :depth], inputs[:, 1:], 1, 0.0)[0].tolist():
+            if not passed:
+                break
+            accepted += 1
+    correction = int(logits[0, accepted].topk(1).indices)
+    return accepted, correction, list(range(depth + 1)), inputs[0, 1:].tolist()
+
+
+def case(seed, depth, width, ties: bool, minus_inf: bool):
+    """Scores (1, N, V) whose argmaxes are often the drafts (so paths get long)."""
+    generator = torch.Generator().manual_seed(seed)
+    candidates = torch.randint(0, VOCAB, (1, width, depth), generator=generator)
+    inputs = flatten_candidates(torch.tensor([[3]]), candidates)  # (1, N)
+    new = inputs.size(1)
+    logits = torch.randn(1, new, VOCAB, generator=generator)
+    if ties:  # small integers: many positions share their best score
+        logits = torch.randint(0, 3, (1, new, VOCAB), generator=generator).float()
+    chain = inputs[0, 1: depth + 1].tolist()
+    for position, token in enumerate(chain):  # the chain's drafts mostly win
+        if torch.rand(1, generator=generator) < 0.7:
+            logits[0, position, token] = logits[0, position].max() + (0 if ties else 1)
+    if minus_inf:  # e.g. only EOS allowed at the max length
+        logits[0, :, ::2] = -math.inf
+    return logits, inputs
+
+
+@pytest.mark.parametrize("depth,width", [(0, 1), (1, 1), (2, 1), (4, 1), (2, 2), (3, 3)])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("minus_inf", [False, True])
+def test_greedy_accept_decides_as_the_shared_code(depth, width, ties, minus_inf):
+    for seed in range(60):
+        logits, inputs = case(seed, depth, width, ties, minus_inf)
+        accepted, correction, leaf, path, drafts = greedy_accept(
+            logits[0].numpy(), logits, inputs[0].tolist(), depth, width)
+        assert (accepted, correction, path, drafts) == shared_decision(
+            logits, inputs, depth, width), seed
+        assert leaf == (path != list(range(depth + 1)))
