@@ -70,7 +70,9 @@ class GraphSession:
     One ``IOBinding`` is kept; a name is re-bound only when its tensor's address,
     shape or type changed since the last call (the cache, the encoder memory and
     the output buffers stay put for a whole batch, so a warm step re-binds only
-    the few inputs that move, ~5 us saved per binding). Binding goes
+    the few inputs that move, ~5 us saved per binding), and a tensor that is the
+    very object bound last call is not looked at (a few us each, ~20 a verify call).
+    Buffers passed here are never resized in place. Binding goes
     through the pybind object directly when this onnxruntime has it (the public
     wrapper builds an ``OrtDevice`` per bound tensor, a few microseconds each,
     ~20 per verify call); otherwise through the public API.
@@ -91,6 +93,10 @@ class GraphSession:
         self.input_types = [_TORCH[i.type] for i in self.session.get_inputs()]
         self.binding = self.session.io_binding()
         self._bound: Dict[str, tuple] = {}  # name -> (address, shape, dtype) bound now
+        # Per input, then output: the tensor object bound last call, if bound as it
+        # is. The same object needs no look at all (the loop's cache, the encoder
+        # memory and kept buffers are passed as the same objects step after step).
+        self._last: List[Optional[Tensor]] = [None] * (len(self.inputs) + len(self.outputs))
         self._fast = None
         try:  # (pybind binding, C device, pybind session)
             device = ort.OrtDevice.make("cpu", 0)._get_c_device()
@@ -102,14 +108,22 @@ class GraphSession:
         """``inputs`` in the declared order, ``outputs`` in the graph's."""
         inputs = [inputs[i] for i in self.picked]
         alive = []  # casts and contiguous copies must outlive the call
+        last = self._last
+        slot = 0
         for names, tensors, is_input in ((self.inputs, inputs, True),
                                          (self.outputs, outputs, False)):
             for index, (name, tensor) in enumerate(zip(names, tensors)):
+                slot += 1
+                if last[slot - 1] is tensor:  # the very tensor bound as it is last call
+                    continue
+                given = tensor
                 if is_input and tensor.dtype is not self.input_types[index]:
                     tensor = tensor.to(self.input_types[index])
                 tensor = tensor.contiguous()
                 alive.append(tensor)
                 self._bind(is_input, name, tensor)
+                # Kept (and so never freed and its id never reused) only when bound as is.
+                last[slot - 1] = given if tensor is given else None
         if self._fast is not None:
             self._fast[2].run_with_iobinding(self._fast[0], None)
         else:
@@ -142,13 +156,20 @@ class Scratch:
 
     def __init__(self) -> None:
         self._flat: Dict[str, Tensor] = {}
+        self._views: Dict[str, Tuple[tuple, Tensor]] = {}  # name -> the last view taken
 
     def take(self, name: str, shape: Sequence[int], dtype=torch.float32) -> Tensor:
+        shape = tuple(shape)
+        last = self._views.get(name)
+        if last is not None and last[0] == shape:  # the same view object: binding skips it
+            return last[1]
         numel = math.prod(shape)
         flat = self._flat.get(name)
         if flat is None or flat.numel() < numel:
             flat = self._flat[name] = torch.empty(numel, dtype=dtype)
-        return flat[:numel].view(*shape)
+        view = flat[:numel].view(*shape)
+        self._views[name] = (shape, view)
+        return view
 
 
 class OrtVerifier(VerifierCalls):
@@ -160,6 +181,7 @@ class OrtVerifier(VerifierCalls):
         self.embed = torch.zeros(1, backend.dim)  # dtype/device/C of the loop's buffers
         self.scratch = Scratch()
         self._chains: Dict[int, Tuple[Tensor, Tensor]] = {}
+        self._past: Optional[Tuple[Tensor, Tensor, List[Tensor]]] = None
 
     def _chain(self, new: int) -> Tuple[Tensor, Tensor]:
         """Offsets 0..N-1 and the causal mask of a chain of N inputs (kept, so that
@@ -168,6 +190,15 @@ class OrtVerifier(VerifierCalls):
             offsets = torch.arange(new)
             self._chains[new] = (offsets, offsets.view(-1, 1) >= offsets.view(1, -1))
         return self._chains[new]
+
+    def _past_views(self, cache: StaticKVCache) -> List[Tensor]:
+        """Each layer's key and value buffer, (B, H, T, D): the same view objects
+        while the cache keeps its buffers (rows leaving replace them)."""
+        if self._past is None or self._past[0] is not cache.key or self._past[1] is not cache.value:
+            views = [t[layer] for layer in range(self.backend.layers)
+                     for t in (cache.key, cache.value)]
+            self._past = (cache.key, cache.value, views)
+        return self._past[2]
 
     def cross_states(self, encoder_out: Memory) -> Memory:
         return encoder_out
@@ -192,7 +223,7 @@ class OrtVerifier(VerifierCalls):
         hidden = take("hidden", (batch, new, b.dim))
         keys = take("keys", (b.layers, batch, b.heads, new, b.dim // b.heads))
         values = take("values", keys.shape)
-        past = [t[layer] for layer in range(b.layers) for t in (cache.key, cache.value)]
+        past = self._past_views(cache)
         drafter = b.fused_drafter
         if drafter is not None and drafter.k > 0:  # the next drafts in the same call
             # Offered to the drafter and read by its next proposal, before the next verify.
