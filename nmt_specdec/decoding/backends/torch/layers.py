@@ -110,7 +110,7 @@ class WeightsWatch:
     Walking the submodules (``module.parameters()``) costs ~0.2 ms on the shipped
     model, once per batch: ~2% of a sentence at batch 1. The walk is done once
     here; a look reads each kept submodule's own parameter and child dicts
-    (~40 us): a parameter updated in place changes its ``_version``, a replaced
+    (~0.1 ms, 155 modules and 183 parameters): a parameter updated in place changes its ``_version``, a replaced
     one its address, and a submodule added, removed or replaced changes its
     parent's children, after which the submodules are walked again.
     """
