@@ -9,7 +9,7 @@ Shapes: B active rows, T buffer width, K draft slots, C model dim.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 from torch import Tensor
 
@@ -27,6 +27,10 @@ class DraftRequest(NamedTuple):
             last committed token.
         rows: (B,) index of each active row in the input batch.
         num_slots: K for this iteration.
+        anchor: for a single row, what ``states`` and the last token are as host
+            ints: (position of the last token, the token, the input of the last
+            verify call whose state ``states`` is, -1 for ``start_states``); None
+            when the loop does not say (a drafter then reads the tensors).
     """
 
     prefix: Tensor
@@ -34,6 +38,7 @@ class DraftRequest(NamedTuple):
     states: Tensor
     rows: Tensor
     num_slots: int
+    anchor: Optional[Tuple[int, int, int]] = None
 
 
 class Drafter:

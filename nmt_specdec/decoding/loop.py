@@ -249,7 +249,7 @@ class SpecDecGenerator(nn.Module):
             inputs = torch.cat([last, drafts], 1) if k > 0 else last
             offsets = torch.arange(k + 1, device=steps.device)
         hidden, logits, lse = verifier.verify(inputs, steps, longest - 1, cache, cross,
-                                              uniform, layout)  # (B, N, C), (B, N, V)
+                                              uniform, layout)[:3]  # (B, N, C), (B, N, V)
         if lse is None:  # before the constraints, as fairseq normalises
             lse = normaliser(logits)
         predicted_step = steps.unsqueeze(1) + offsets

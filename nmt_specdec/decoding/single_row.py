@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -70,6 +70,7 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
     offsets = torch.arange(k_max + 1)
     committed, scores = [bos], [0.0]
     turns: List[tuple] = []  # (K, accepted drafts, committed, finished) per turn
+    final = -1  # the input of the last verify call whose state ``states`` is (-1: the start)
     while True:
         started = time.perf_counter()
         length = len(committed)  # BOS included; the last token is not cached yet
@@ -82,7 +83,8 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
             tokens = inputs[k + 1] = lengths.new_zeros(1, k + 1)
         tokens[0, 0] = committed[-1]
         if k > 0:
-            request = DraftRequest(prefix, lengths, states, rows.index, k)
+            request = DraftRequest(prefix, lengths, states, rows.index, k,
+                                   (length - 1, committed[-1], final))
             if tree is None:
                 tokens[0, 1:] = gen.drafter.propose(request)[0]
             else:  # the chain and its leaves, flat in verify order
@@ -92,20 +94,27 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         verified = verifier.verify(tokens, start, length - 1, cache, cross, True, tree)
         logits = verified.logits  # (1, N, V)
         lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
-        if any(checks) or rules.unk_penalty:
-            steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
-            constrain_logits_(logits, steps, max_len, rules, *checks)
-        else:  # the one constraint of most steps, as a column write on the host
-            logits.detach().numpy()[0, :, rules.pad] = -math.inf
-        flat = logits[0].detach().numpy()  # (N, V) the constrained scores, the same memory
-        if options.beta == 1:
-            num_accepted, correction, leaf_taken, path, proposed = greedy_accept(
-                flat, logits, tokens[0].tolist(), k, candidates if tree is not None else 1)
-            if leaf_taken:
-                move_leaf_keys(cache, start, torch.tensor([path]), torch.tensor([num_accepted]))
-        else:  # the shared criterion (top-beta, tau) in tensor code
-            num_accepted, correction, proposed, path = _accept(logits, tokens, k, tree,
-                                                               options, cache, start)
+        decided = _decided(verified.decision, options.beta == 1 and not (
+            any(checks) or rules.unk_penalty), tokens, k)
+        if decided is not None:  # the call accepted as the code below would
+            num_accepted, correction, leaf_taken, path, proposed = decided
+        else:
+            if any(checks) or rules.unk_penalty:
+                steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
+                constrain_logits_(logits, steps, max_len, rules, *checks)
+            else:  # the one constraint of most steps, as a column write on the host
+                logits.detach().numpy()[0, :, rules.pad] = -math.inf
+            if options.beta == 1:
+                num_accepted, correction, leaf_taken, path, proposed = greedy_accept(
+                    logits[0].detach().numpy(), logits, tokens[0].tolist(), k,
+                    candidates if tree is not None else 1)
+            else:  # the shared criterion (top-beta, tau) in tensor code
+                num_accepted, correction, proposed, path = _accept(logits, tokens, k, tree,
+                                                                   options, cache, start)
+                leaf_taken = False  # _accept moved a taken leaf's keys itself
+        if leaf_taken:
+            move_leaf_keys(cache, start, torch.tensor([path]), torch.tensor([num_accepted]))
+        final = path[num_accepted]
         new = proposed[:num_accepted] + [correction]
         finished = eos in new
         if finished:  # the batched loop's cut after the first EOS
@@ -113,12 +122,14 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         count = len(new)
         # The flat input whose scores predicted each committed token (a chain: 0..).
         where = list(path[:count])
+        # Committed tokens are never pad: their raw scores are the constrained ones.
+        flat = logits[0].detach().numpy()  # (N, V)
         scores += (flat[where, new] - lse[0].detach().numpy()[where]).tolist()
         host_tokens[0, length: length + count] = new
         committed += new
         host_length[0] = length + count
         # The state that predicted the correction: the next draft reads it.
-        states = verified.hidden[:, path[num_accepted]]
+        states = verified.hidden[:, final]
         turns.append((k, num_accepted, count, finished))
         gen.stats.k_chosen[k] = gen.stats.k_chosen.get(k, 0) + 1
         gen.k_policy.observe([num_accepted] if gen.k_policy.wants_counts else [], k,
@@ -164,6 +175,23 @@ def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: in
         row = logits[0, final]
         correction = int(row.max(-1).indices if width > 1 else row.topk(1).indices)
     return accepted, correction, bool(leaf), path, drafts
+
+
+def _decided(decision: Optional[Tensor], usable: bool, tokens: Tensor, k: int):
+    """The verify call's own beta = 1 decision (``--fused-draft``) as
+    :func:`greedy_accept` returns it, or None: no decision, a length or unk
+    constraint applies (``usable`` False), or the correction's score is tied
+    (the shared code orders ties)."""
+    if decision is None or not usable:
+        return None
+    accepted, correction, final, tie = decision[0].tolist()
+    if tie:
+        return None
+    path = list(range(k + 1))
+    if final > k:  # a leaf (leaves follow the chain's K+1 inputs)
+        path[accepted] = final
+    inputs = tokens[0].tolist()
+    return accepted, correction, final > k, path, [inputs[i] for i in path[1:]]
 
 
 def _accept(logits: Tensor, tokens: Tensor, k: int, tree, options, cache, start):

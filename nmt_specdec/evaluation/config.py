@@ -195,8 +195,8 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
             for fused in (False, True) if cfg.fused_draft and ort else (False,):
                 specs += [dataclasses.replace(spec, backend=backend, int8=int8, fused_draft=fused)
                           for spec in _specdec_grid(cfg, default_k)
-                          # K=0 drafts nothing; the fused graph drafts chains only
-                          if not (fused and (spec.k == 0 or spec.candidates > 1))]
+                          # K=0 drafts nothing
+                          if not (fused and spec.k == 0)]
     return specs
 
 

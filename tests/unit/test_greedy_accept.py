@@ -62,3 +62,25 @@ def test_greedy_accept_decides_as_the_shared_code(depth, width, ties, minus_inf)
         assert (accepted, correction, path, drafts) == shared_decision(
             logits, inputs, depth, width), seed
         assert leaf == (path != list(range(depth + 1)))
+
+
+@pytest.mark.parametrize("depth,width", [(1, 1), (2, 1), (4, 1), (2, 2), (3, 3)])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("minus_inf", [False, True])
+def test_fused_graph_walk_decides_as_the_host(depth, width, ties, minus_inf):
+    # greedy_walk is what the fused verify graph computes (--fused-draft); the loop
+    # takes its decision instead of its own where the correction's score is untied.
+    from nmt_specdec.decoding.backends.onnxruntime.fused import greedy_walk
+    from nmt_specdec.decoding.draft_tree import parent_list
+
+    for seed in range(60):
+        logits, inputs = case(seed, depth, width, ties, minus_inf)
+        batch = torch.cat([logits, logits.flip(0)])  # two rows: the walk is per row
+        accepted, correction, final, tie = greedy_walk(
+            batch, torch.cat([inputs, inputs]), torch.tensor(parent_list(depth, width)),
+            depth)[0].tolist()
+        host = greedy_accept(logits[0].numpy(), logits, inputs[0].tolist(), depth, width)
+        assert (accepted, final) == (host[0], host[3][host[0]]), seed
+        assert tie == (int((logits[0, final] == logits[0, final].max()).sum()) > 1), seed
+        if not tie:
+            assert correction == host[1], seed

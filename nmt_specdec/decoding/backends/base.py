@@ -34,11 +34,16 @@ class Verified(NamedTuple):
         logits: (B, N, V) raw logits (no softmax) of those predictions.
         normaliser: (B, N) ``logsumexp`` of ``logits`` when the backend computed
             it in the same call (cheaper there than a separate pass), else None.
+        decision: (B, 4) long, beta = 1 acceptance with no length constraint
+            (accepted drafts, correction, the input that predicted it, 1 where
+            the correction's score is tied) when the call decided it too
+            (``--fused-draft``, see :mod:`.onnxruntime.fused`), else None.
     """
 
     hidden: Tensor
     logits: Tensor
     normaliser: Optional[Tensor] = None
+    decision: Optional[Tensor] = None
 
 
 class VerifierCalls:

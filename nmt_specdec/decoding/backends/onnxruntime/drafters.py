@@ -1,13 +1,14 @@
 """The draft head's graph behind the :class:`~nmt_specdec.decoding.drafters.Drafter`
 interface: one draft call per iteration (``OrtDrafter``), or none where the
-fused verify call already drafted (``FusedDrafter``, ``--fused-draft``).
+fused verify call already drafted after the token the loop committed
+(``FusedDrafter``, ``--fused-draft``).
 
 Shapes: B rows, K draft slots, C' candidates per slot.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -21,7 +22,25 @@ if TYPE_CHECKING:  # the backend imports this module
 _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
 
 
-def _candidate_slots(count: int) -> Tensor:
+class Pending(NamedTuple):
+    """Drafts a fused call made, and after what.
+
+    Attributes:
+        drafts: (B, C', K) candidates per slot, best first.
+        decision: (B, 4) the call's acceptance (see :data:`.fused.DECISION`), or
+            None for the encoder call's first block (after BOS at position 0,
+            from the start state).
+        position: (B,) position of the token the drafts follow (None: 0).
+        hidden: (B, N, C) the call's states (the drafts read row ``final``'s).
+    """
+
+    drafts: Tensor
+    decision: Optional[Tensor]
+    position: Optional[Tensor]
+    hidden: Optional[Tensor]
+
+
+def candidate_slots(count: int) -> Tensor:
     """(C,) 0..C-1: the draft graph returns as many candidates per slot as this is
     long (and 0..K are the block's offsets)."""
     if count not in _CANDIDATE_SLOTS:  # kept: its binding stays put
@@ -57,26 +76,28 @@ class OrtDrafter(Drafter):
         self.backend.calls["draft"] += 1
         last = request.lengths - 1  # (B,) position of the last committed token
         last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
-        slots = _candidate_slots(request.num_slots + 1)  # 0..K
+        slots = candidate_slots(request.num_slots + 1)  # 0..K
         # A kept buffer per shape keeps its binding; the loop consumes it within the iteration.
         shape = (last.numel(), count, request.num_slots)
         drafts = self._out.get(shape)
         if drafts is None:
             drafts = self._out[shape] = torch.empty(shape, dtype=torch.long)
         self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
-                                        self.memory.mask, _candidate_slots(count),
+                                        self.memory.mask, candidate_slots(count),
                                         *self.memory.draft], [drafts])
         return drafts
 
 
 class FusedDrafter(OrtDrafter):
-    """Takes its drafts from the last fused verify call where it can (``--fused-draft``,
-    see :mod:`.fused`)."""
+    """Takes its drafts from the last fused call where they follow what the loop
+    committed (``--fused-draft``, see :mod:`.fused`): the same position, token
+    and state (the loop decided as the graph did). Otherwise (a length
+    constraint changed the decision, or K or C' changed) it runs the draft graph."""
 
     def __init__(self, start_state: Tensor, backend):
         super().__init__(start_state, backend)
-        self.k = 0  # the K of the last proposal: the fused graph drafts that many
-        self.pending: Optional[Tuple[Tensor, Tensor, Tensor]] = None
+        self.k, self.count = 0, 1  # K and C' of the last proposal: the fused call drafts as many
+        self.pending: Optional[Pending] = None
 
     def start_batch(self, sample: dict, encoder_out) -> None:
         super().start_batch(sample, encoder_out)
@@ -86,21 +107,40 @@ class FusedDrafter(OrtDrafter):
     def keep_rows(self, rows: Tensor) -> None:
         super().keep_rows(rows)
         if self.pending is not None:
-            self.pending = tuple(t.index_select(0, rows) for t in self.pending)  # type: ignore
+            self.pending = Pending(*(None if t is None else t.index_select(0, rows)
+                                     for t in self.pending))
 
-    def offer(self, drafts: Tensor, anchors: Tensor, start: Tensor) -> None:
-        """From the fused call: (B, N, K) drafts, (B, N) anchors, (B,) first position."""
-        self.pending = (drafts, anchors, start)
+    def offer(self, drafts: Tensor, decision: Tensor, start: Tensor, hidden: Tensor) -> None:
+        """From a fused call: drafts after ``decision``'s correction, which sits at
+        ``start + accepted + 1``."""
+        self.pending = Pending(drafts, decision, start + decision[:, 0] + 1, hidden)
 
     def propose(self, request: DraftRequest) -> Tensor:
-        self.k = self.backend.expected_k = request.num_slots
+        return self.propose_candidates(request, 1).squeeze(1)
+
+    def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
+        self.k, self.count = request.num_slots, count
+        self.backend.expected = (request.num_slots, count)
         pending, self.pending = self.pending, None
-        if pending is not None and pending[0].size(2) == request.num_slots:
-            drafts, anchors, start = pending
-            last = request.lengths - 1  # (B,) position of the committed token
-            chosen = (last - 1 - start).view(-1, 1)  # (B, 1) verified position that predicted it
-            committed = request.prefix.gather(1, last.unsqueeze(1))  # (B, 1)
-            if bool(anchors.gather(1, chosen).eq(committed).all()):
-                index = chosen.unsqueeze(2).expand(-1, 1, drafts.size(2))
-                return drafts.gather(1, index).squeeze(1)  # (B, K)
-        return super().propose(request)
+        if (pending is not None and pending.drafts.shape[1:] == (count, request.num_slots)
+                and _follows(pending, request)):
+            return pending.drafts.clone()  # the next fused call writes its buffer
+        return super().propose_candidates(request, count)
+
+
+def _follows(pending: Pending, request: DraftRequest) -> bool:
+    """Whether ``pending``'s drafts follow the request's last token and state."""
+    if pending.decision is None:  # the first block: after BOS, from the start state
+        return (request.anchor[0] == 0 if request.anchor is not None
+                else bool((request.lengths == 1).all()))
+    if request.anchor is not None:  # one row, as host ints
+        _, correction, final, _ = pending.decision[0].tolist()
+        return request.anchor == (int(pending.position[0]), correction, final)
+    last = request.lengths - 1  # (B,) position of the committed token
+    final = pending.decision[:, 2]
+    states = pending.hidden.gather(1, final.view(-1, 1, 1).expand(
+        -1, 1, pending.hidden.size(2))).squeeze(1)
+    return (torch.equal(last, pending.position)
+            and torch.equal(request.prefix.gather(1, last.unsqueeze(1)).squeeze(1),
+                            pending.decision[:, 1])
+            and torch.equal(request.states, states))

@@ -47,11 +47,11 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 10  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 11  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
-FUSED = "fused.onnx"  # verify + the draft head after every position (--fused-draft)
+FUSED = "fused.onnx"  # verify, accept, then draft once (--fused-draft)
 
 
 def input_names(graph: str, layers: int, draft_layers: int) -> list:
@@ -59,11 +59,12 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
     a graph does not use (e.g. ``src_lengths``), so sessions bind by these names."""
     past, cross = kv_names("past", layers), kv_names("cross", layers)
     draft = kv_names("draft", draft_layers)
-    return {ENCODER: ["src_tokens", "src_lengths", "slot_offsets"],
+    return {ENCODER: ["src_tokens", "src_lengths", "slot_offsets", "candidate_slots"],
             VERIFY: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past, *cross],
             DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", "candidate_slots",
                     *draft],
-            FUSED: ["tokens", "start", "memory_mask", "slot_offsets", *past, *cross, *draft],
+            FUSED: ["tokens", "start", "memory_mask", "offsets", "ancestors", "parents",
+                    "slot_offsets", "candidate_slots", *past, *cross, *draft],
             }[graph]
 
 
@@ -138,6 +139,9 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
 
             for name in quantized:
                 quantize_graph(building / name)
+            if int8_draft and FUSED in files:  # their draft heads as the draft graph's
+                for name in (FUSED, ENCODER):
+                    quantize_graph(building / name, only_under="/draft/")
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -208,9 +212,11 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
         from nmt_specdec.decoding.backends.onnxruntime.fused import FusedEncoderGraph
 
         _export(FusedEncoderGraph(encoder, head, layers, eos).eval(),
-                (src, torch.tensor([4, 3]), torch.arange(3)), out / ENCODER,
-                {**encoder_inputs, "slot_offsets": {0: "block"}},
-                {**encoder_outputs, "first_drafts": {0: "batch", 1: "draft_slots"}})
+                (src, torch.tensor([4, 3]), torch.arange(3), torch.arange(2)), out / ENCODER,
+                {**encoder_inputs, "slot_offsets": {0: "block"},
+                 "candidate_slots": {0: "candidates"}},
+                {**encoder_outputs,
+                 "first_drafts": {0: "batch", 1: "candidates", 2: "draft_slots"}})
     else:
         _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER, encoder_inputs,
                 encoder_outputs)
@@ -245,19 +251,27 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
         return [ENCODER, VERIFY, DRAFT]
     from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
 
+    # A chain of K=2 drafts with one leaf per slot (C=2): N = 5 inputs.
+    from nmt_specdec.decoding.draft_tree import parent_list, tree_layout
+
+    layout = tree_layout(2, 2)
     _export(FusedVerifyGraph(verifier, head).eval(),
-            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask,
-             torch.arange(3), *past, *cross, *draft_cross),
+            (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), torch.tensor([2, 4]), mask,
+             layout.offsets, layout.ancestors, torch.tensor(parent_list(2, 2)),
+             torch.arange(3), torch.arange(2), *past, *cross, *draft_cross),
             out / FUSED,
             {"tokens": {0: "batch", 1: "new"}, "start": batch, **common,
-             "slot_offsets": {0: "block"},
+             "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"},
+             "parents": {0: "nodes"}, "slot_offsets": {0: "block"},
+             "candidate_slots": {0: "candidates"},
              **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
              **{n: source for n in kv_names("cross", layers)},
              **{n: source for n in kv_names("draft", draft_layers)}},
-            {"logits": {0: "batch", 1: "new"}, "hidden": {0: "batch", 1: "new"},
+            {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
+             "hidden": {0: "batch", 1: "new"},
              "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"},
-             "drafts": {0: "batch", 1: "new", 2: "draft_slots"},
-             "anchors": {0: "batch", 1: "new"}})
+             "drafts": {0: "batch", 1: "candidates", 2: "draft_slots"},
+             "decision": {0: "batch"}})
     return [ENCODER, VERIFY, DRAFT, FUSED]
 
 

@@ -33,21 +33,29 @@ only rewrites ``MatMul`` with an initializer as its second input.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 BLOCK = 32
 ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
 
-def quantize_graph(path: Path) -> None:
-    """Rewrites the graph at ``path`` in place with 8-bit ``MatMulNBits`` weights."""
+def quantize_graph(path: Path, only_under: Optional[str] = None) -> None:
+    """Rewrites the graph at ``path`` in place with 8-bit ``MatMulNBits`` weights
+    (``only_under``: only the matrix products whose node names start with it, e.g.
+    ``/draft/`` for the draft head inside the fused verify graph)."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     model = onnx.load(str(path))
     constants_to_initializers(model)
     gemm_to_matmul(model)
+    products = [n.name for n in model.graph.node if n.op_type == "MatMul"]
+    # The quantizer takes every MatMul with constant weights it is not told to leave.
+    exclude = [] if only_under is None else [n for n in products if not n.startswith(only_under)]
+    if only_under is not None and len(exclude) == len(products):
+        raise RuntimeError(f"no matrix product under {only_under} in {path.name}")
     quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=BLOCK, is_symmetric=True,
-                                     accuracy_level=ACCURACY_LEVEL)
+                                     accuracy_level=ACCURACY_LEVEL, nodes_to_exclude=exclude)
     quantizer.process()
     quantizer.model.save_model_to_file(str(path))
 

@@ -24,9 +24,15 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
 from nmt_specdec.decoding.backends.onnxruntime import export
-from nmt_specdec.decoding.backends.onnxruntime.drafters import FusedDrafter, OrtDrafter
+from nmt_specdec.decoding.backends.onnxruntime.drafters import (
+    FusedDrafter,
+    OrtDrafter,
+    Pending,
+    candidate_slots,
+)
 from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
 from nmt_specdec.decoding.cache import StaticKVCache
+from nmt_specdec.decoding.draft_tree import parent_list
 from nmt_specdec.errors import UserError
 
 _NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
@@ -213,35 +219,46 @@ class OrtVerifier(VerifierCalls):
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
                cross: Memory, uniform: bool = False, tree=None) -> Verified:
         b = self.backend
-        if tree is not None and b.fused_drafter is not None:
-            raise UserError("--spec-candidates > 1 does not combine with --fused-draft")
         b.calls["verify"] += 1
         batch, new = tokens.shape
         take = self.scratch.take
         logits = take("logits", (batch, new, b.vocab))
-        lse: Optional[Tensor] = take("normaliser", (batch, new))
+        lse = take("normaliser", (batch, new))
         hidden = take("hidden", (batch, new, b.dim))
         keys = take("keys", (b.layers, batch, b.heads, new, b.dim // b.heads))
         values = take("values", keys.shape)
         past = self._past_views(cache)
-        drafter = b.fused_drafter
-        if drafter is not None and drafter.k > 0:  # the next drafts in the same call
-            # Offered to the drafter and read by its next proposal, before the next verify.
-            drafts = take("drafts", (batch, new, drafter.k), torch.long)
-            anchors = take("anchors", (batch, new), torch.long)
-            b.fused_session.run([tokens, start, cross.mask, torch.arange(drafter.k + 1), *past,
-                                 *cross.cross, *drafter.memory.draft],
-                                [logits, hidden, keys, values, drafts, anchors])
-            drafter.offer(drafts, anchors, start)
-            lse = None  # the fused graph leaves it to the loop
+        offsets, ancestors = tree if tree is not None else self._chain(new)
+        drafter, decision = b.fused_drafter, None
+        if drafter is not None and drafter.k > 0 and new - 1 == drafter.k * drafter.count:
+            # These are the drafts it just proposed: the call also accepts and drafts
+            # the next block, which its next proposal reads (before the next verify).
+            depth, count = drafter.k, drafter.count
+            drafts = take("drafts", (batch, count, depth), torch.long)
+            decision = take("decision", (batch, 4), torch.long)
+            b.fused_session.run([tokens, start, cross.mask, offsets, ancestors,
+                                 _parents(depth, count), candidate_slots(depth + 1),
+                                 candidate_slots(count), *past, *cross.cross,
+                                 *drafter.memory.draft],
+                                [logits, lse, hidden, keys, values, drafts, decision])
+            drafter.offer(drafts, decision, start, hidden)
         else:
-            offsets, ancestors = tree if tree is not None else self._chain(new)
             self.session.run([tokens, start, cross.mask, offsets, ancestors, *past,
                               *cross.cross], [logits, lse, hidden, keys, values])
         # The graph read the whole cache; the shared cache code writes the new slots.
         cache.begin_pass(start, new, start_max, uniform, mask=False)
         cache.store_all(keys, values)
-        return Verified(hidden, logits, lse)
+        return Verified(hidden, logits, lse, decision)
+
+
+_PARENTS: Dict[Tuple[int, int], Tensor] = {}
+
+
+def _parents(depth: int, count: int) -> Tensor:
+    """(N-1,) each node's parent input (kept per shape: its binding stays put)."""
+    if (depth, count) not in _PARENTS:
+        _PARENTS[(depth, count)] = torch.tensor(parent_list(depth, count))
+    return _PARENTS[(depth, count)]
 
 
 class OrtBackend(Backend):
@@ -254,7 +271,8 @@ class OrtBackend(Backend):
         fused_draft: draft inside the verify call (see :mod:`.fused`).
         threads: intra-op threads (default: ``torch.get_num_threads()``).
         int8_draft: 8-bit weights in the draft graph only, beside the fp32
-            verifier (the default; ignored with ``int8`` or ``fused_draft``).
+            verifier (the default; ignored with ``int8``; with ``fused_draft``
+            also the draft head inside the fused graph).
             Drafts are proposals: the fp32 verifier decides every token, so the
             output is unchanged, and the draft call is ~40% cheaper (0.43 ->
             0.27 ms on the shipped model). Measured on the 500 gettext test
@@ -277,11 +295,12 @@ class OrtBackend(Backend):
         self._model = weakref.ref(model)
         self.pad, self.eos, self.int8 = pad, eos, int8
         self.fused_draft = fused_draft
-        # The fused graph drafts in fp32; its fallback draft graph must agree with it.
-        self.int8_draft = int8_draft and not int8 and not fused_draft
+        # The fused graph's draft head is quantized as the draft graph's (see export).
+        self.int8_draft = int8_draft and not int8
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
-        self.expected_k = 0  # K of the fused drafter's last proposal: drafted at encode
-        self.first_drafts = None  # (drafts (B, 1, K), anchors (B, 1), start (B,)) or None
+        # (K, C') of the fused drafter's last proposal: the encoder call drafts as many.
+        self.expected = (0, 1)
+        self.first_drafts: Optional[Pending] = None  # the batch's first block, fused
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -333,13 +352,13 @@ class OrtBackend(Backend):
         self.first_drafts = None
         if self.fused_session is None:
             self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
-        else:  # the fused encoder also drafts after BOS (start = -1: BOS is position 0)
-            drafts = torch.empty(batch, self.expected_k, dtype=torch.long)
-            self.encoder_session.run([src, net_input["src_lengths"],
-                                      torch.arange(self.expected_k + 1)], [mask, *kv, drafts])
-            if self.expected_k > 0:
-                self.first_drafts = (drafts.unsqueeze(1), torch.full((batch, 1), self.eos),
-                                     torch.full((batch,), -1))
+        else:  # the fused encoder also drafts after BOS (BOS is position 0)
+            depth, count = self.expected
+            drafts = torch.empty(batch, count, depth, dtype=torch.long)
+            self.encoder_session.run([src, net_input["src_lengths"], candidate_slots(depth + 1),
+                                      candidate_slots(count)], [mask, *kv, drafts])
+            if depth > 0:
+                self.first_drafts = Pending(drafts, None, None, None)
         return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
 
     def verifier(self) -> OrtVerifier:
