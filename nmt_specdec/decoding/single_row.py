@@ -180,8 +180,9 @@ def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: in
 def _decided(decision: Optional[Tensor], usable: bool, tokens: Tensor, k: int):
     """The verify call's own beta = 1 decision (``--fused-draft``) as
     :func:`greedy_accept` returns it, or None: no decision, a length or unk
-    constraint applies (``usable`` False), or the correction's score is tied
-    (the shared code orders ties)."""
+    constraint applies (``usable`` False), or the graph flagged it (the
+    correction's score is tied: the shared code orders ties; or pad is a row's
+    argmax or a draft: the graph reads unconstrained scores)."""
     if decision is None or not usable:
         return None
     accepted, correction, final, tie = decision[0].tolist()

@@ -204,7 +204,8 @@ def test_fused_draft_gives_the_same_drafts_in_fewer_calls(shipped, int8):
     assert fused == plain
     # The same drafts (the head's arithmetic on the same states), up to ties.
     assert abs(fused_stats.mean_accepted_tokens - plain_stats.mean_accepted_tokens) < 0.02
-    assert fused_calls <= plain_calls / 10  # constraint fallbacks (and the very first batch)
+    # Each batch's first block, and where a length constraint changed the decision.
+    assert fused_calls <= len(sources) / 8 + plain_calls / 10
 
 
 def test_fp32_onnxruntime_equals_stock_greedy(shipped, backends):
@@ -339,8 +340,9 @@ def test_iteration_cost_reports_runtime_calls(shipped):
         model, task.target_dictionary, dataset, 4, 2, [0, SETTINGS["k"]], 1,
         backend="onnxruntime", fused_draft=True, **LENGTHS)}
     assert rows["engine K=0 (onnxruntime fused)"]["calls_per_iteration"] == 1.0
-    # Fused: one call per iteration (the encoder call drafts each batch's first block).
-    assert rows[f"engine K={SETTINGS['k']} (onnxruntime fused)"]["calls_per_iteration"] == 1.0
+    # Fused: one call per iteration, plus the draft call of each batch's first block.
+    fused_calls = rows[f"engine K={SETTINGS['k']} (onnxruntime fused)"]["calls_per_iteration"]
+    assert 1.0 < fused_calls < 1.5
     table = format_rows("shipped", list(rows.values())).splitlines()
     assert len(table) == len(rows) and all(line.count("|") == 9 for line in table)
     assert table[0].endswith("| n/a |")  # stock greedy makes no backend calls

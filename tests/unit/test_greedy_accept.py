@@ -84,3 +84,18 @@ def test_fused_graph_walk_decides_as_the_host(depth, width, ties, minus_inf):
         assert tie == (int((logits[0, final] == logits[0, final].max()).sum()) > 1), seed
         if not tie:
             assert correction == host[1], seed
+
+
+def test_fused_graph_walk_flags_pad():
+    # The graph reads unconstrained scores: where pad is a row's argmax or a draft,
+    # the loop's pad constraint could change the decision, so the graph defers.
+    from nmt_specdec.decoding.backends.onnxruntime.fused import greedy_walk
+    from nmt_specdec.decoding.draft_tree import parent_list
+
+    logits, inputs = case(3, 2, 2, False, False)
+    parents = torch.tensor(parent_list(2, 2))
+    assert greedy_walk(logits, inputs, parents, 2)[0, 3] == 0
+    top = int(logits[0, 1].argmax())  # pad is the argmax of row 1
+    assert greedy_walk(logits, inputs, parents, 2, pad=top)[0, 3] == 1
+    draft = int(inputs[0, 2])  # pad is a draft
+    assert greedy_walk(logits, inputs, parents, 2, pad=draft)[0, 3] == 1

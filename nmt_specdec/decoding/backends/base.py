@@ -36,7 +36,8 @@ class Verified(NamedTuple):
             it in the same call (cheaper there than a separate pass), else None.
         decision: (B, 4) long, beta = 1 acceptance with no length constraint
             (accepted drafts, correction, the input that predicted it, 1 where
-            the correction's score is tied) when the call decided it too
+            the loop must decide itself: a tie, or pad involved) when the call
+            decided it too
             (``--fused-draft``, see :mod:`.onnxruntime.fused`), else None.
     """
 

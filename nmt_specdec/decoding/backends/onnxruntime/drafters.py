@@ -27,17 +27,15 @@ class Pending(NamedTuple):
 
     Attributes:
         drafts: (B, C', K) candidates per slot, best first.
-        decision: (B, 4) the call's acceptance (see :data:`.fused.DECISION`), or
-            None for the encoder call's first block (after BOS at position 0,
-            from the start state).
-        position: (B,) position of the token the drafts follow (None: 0).
+        decision: (B, 4) the call's acceptance (see :data:`.fused.DECISION`).
+        position: (B,) position of the token the drafts follow.
         hidden: (B, N, C) the call's states (the drafts read row ``final``'s).
     """
 
     drafts: Tensor
-    decision: Optional[Tensor]
-    position: Optional[Tensor]
-    hidden: Optional[Tensor]
+    decision: Tensor
+    position: Tensor
+    hidden: Tensor
 
 
 def candidate_slots(count: int) -> Tensor:
@@ -101,14 +99,13 @@ class FusedDrafter(OrtDrafter):
 
     def start_batch(self, sample: dict, encoder_out) -> None:
         super().start_batch(sample, encoder_out)
-        self.pending = self.backend.first_drafts  # from the encoder call, if any
+        self.pending = None  # the batch's first block comes from the draft graph
         self.backend.fused_drafter = self  # the verifier drafts for this generator now
 
     def keep_rows(self, rows: Tensor) -> None:
         super().keep_rows(rows)
         if self.pending is not None:
-            self.pending = Pending(*(None if t is None else t.index_select(0, rows)
-                                     for t in self.pending))
+            self.pending = Pending(*(t.index_select(0, rows) for t in self.pending))
 
     def offer(self, drafts: Tensor, decision: Tensor, start: Tensor, hidden: Tensor) -> None:
         """From a fused call: drafts after ``decision``'s correction, which sits at
@@ -120,7 +117,6 @@ class FusedDrafter(OrtDrafter):
 
     def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
         self.k, self.count = request.num_slots, count
-        self.backend.expected = (request.num_slots, count)
         pending, self.pending = self.pending, None
         if (pending is not None and pending.drafts.shape[1:] == (count, request.num_slots)
                 and _follows(pending, request)):
@@ -130,9 +126,6 @@ class FusedDrafter(OrtDrafter):
 
 def _follows(pending: Pending, request: DraftRequest) -> bool:
     """Whether ``pending``'s drafts follow the request's last token and state."""
-    if pending.decision is None:  # the first block: after BOS, from the start state
-        return (request.anchor[0] == 0 if request.anchor is not None
-                else bool((request.lengths == 1).all()))
     if request.anchor is not None:  # one row, as host ints
         _, correction, final, _ = pending.decision[0].tolist()
         return request.anchor == (int(pending.position[0]), correction, final)

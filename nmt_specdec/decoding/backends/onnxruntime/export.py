@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 11  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 12  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -59,7 +59,7 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
     a graph does not use (e.g. ``src_lengths``), so sessions bind by these names."""
     past, cross = kv_names("past", layers), kv_names("cross", layers)
     draft = kv_names("draft", draft_layers)
-    return {ENCODER: ["src_tokens", "src_lengths", "slot_offsets", "candidate_slots"],
+    return {ENCODER: ["src_tokens", "src_lengths"],
             VERIFY: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past, *cross],
             DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", "candidate_slots",
                     *draft],
@@ -130,7 +130,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
                         "directory") from None
     try:
-        files = export_graphs(model, pad, building, fused, eos)
+        files = export_graphs(model, pad, building, fused)
         # The encoder runs once per batch: not worth the accuracy.
         quantized = ([name for name in files if name != ENCODER] if int8 else
                      [DRAFT] if int8_draft and DRAFT in files else [])
@@ -139,9 +139,8 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
 
             for name in quantized:
                 quantize_graph(building / name)
-            if int8_draft and FUSED in files:  # their draft heads as the draft graph's
-                for name in (FUSED, ENCODER):
-                    quantize_graph(building / name, only_under="/draft/")
+            if int8_draft and FUSED in files:  # its draft head as the draft graph's
+                quantize_graph(building / FUSED, only_under="/draft/")
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -176,8 +175,7 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         return False
 
 
-def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
-                  eos: int = 2) -> list:
+def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
@@ -185,13 +183,13 @@ def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out, fused, eos)
+        return _export_graphs(model, pad, out, fused)
     finally:
         for p in frozen:
             p.requires_grad_(True)
 
 
-def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int) -> list:
+def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
@@ -208,18 +206,8 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, eos: int)
     encoder_inputs = {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": batch}
     encoder_outputs = {"memory_mask": {0: "batch", 3: "source"},
                        **{n: source for n in cross_names}}
-    if fused and head is not None:  # the batch's first drafts come with the encoder call
-        from nmt_specdec.decoding.backends.onnxruntime.fused import FusedEncoderGraph
-
-        _export(FusedEncoderGraph(encoder, head, layers, eos).eval(),
-                (src, torch.tensor([4, 3]), torch.arange(3), torch.arange(2)), out / ENCODER,
-                {**encoder_inputs, "slot_offsets": {0: "block"},
-                 "candidate_slots": {0: "candidates"}},
-                {**encoder_outputs,
-                 "first_drafts": {0: "batch", 1: "candidates", 2: "draft_slots"}})
-    else:
-        _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER, encoder_inputs,
-                encoder_outputs)
+    _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER, encoder_inputs,
+            encoder_outputs)
     mask, cross, draft_cross = memory[0], memory[1: 1 + 2 * layers], memory[1 + 2 * layers:]
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
     past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * layers)]

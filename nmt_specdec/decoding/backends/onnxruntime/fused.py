@@ -14,9 +14,13 @@ host its own acceptance where no length constraint applies; where one does, or
 the correction's best score is tied (the shared code's order decides ties), the
 loop decides itself, and :class:`~.drafters.FusedDrafter` uses the drafts only
 if its anchor (position, token, state) is the graph's, else it runs the draft
-graph. The encoder call drafts each batch's first block
-(:class:`FusedEncoderGraph`). The output never depends on which way a draft
-came (beta = 1 is exact whatever the drafts).
+graph (as for each batch's first block: drafting it in the encoder call cost
+more than the draft call it saved). The output never depends on which way a
+draft came (beta = 1 is exact whatever the drafts).
+
+The walk reads the raw logits: adding the pad constraint as a bias over the
+(N, V) block cost ~40 us, so instead a decision in which pad is some row's
+argmax or a draft is unusable (flagged as a tie) and the loop decides.
 
 Shapes: B rows, N verified inputs, K draft slots, C' candidates per slot,
 C model dim, V vocabulary.
@@ -34,21 +38,27 @@ from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 DECISION = ("accepted", "correction", "final", "tie")  # the columns of ``decision``
 
 
-def greedy_walk(scores: Tensor, tokens: Tensor, parents: Tensor, depth: int) -> Tensor:
+def greedy_walk(scores: Tensor, tokens: Tensor, parents: Tensor, depth: int,
+                pad: int = -1) -> Tensor:
     """beta = 1 acceptance of a chain or a chain with leaves, in tensor ops.
 
     Args:
-        scores: (B, N, V) constrained verifier scores.
+        scores: (B, N, V) verifier scores (constrained, or raw with ``pad`` given).
         tokens: (B, N) the verified inputs (last committed token, chain, leaves).
         parents: (N-1,) the input each node is a prediction of.
         depth: K (the chain's drafts are nodes 0..K-1, leaves follow by blocks of K).
+        pad: with raw scores, the id the loop forbids: where it is any row's
+            argmax or any draft, the constraint could change the decision, and
+            the row is flagged like a tie.
 
     Returns:
         (B, 4) long: accepted drafts, correction, the input whose scores gave the
-        correction (``final``), and 1 where another token ties the correction's score.
+        correction (``final``), and 1 where another token ties the correction's
+        score (or ``pad`` is involved): the loop then decides itself.
     """
     batch, new, vocab = scores.shape
-    best, top1 = scores.max(dim=-1)  # (B, N); ties: the first index
+    # keepdim: the same ReduceMax as the normaliser's, which the runtime computes once.
+    best = scores.amax(dim=-1, keepdim=True)[:, :, 0]  # (B, N)
     drafted = scores.reshape(batch, -1).gather(1, parents * vocab + tokens[:, 1:])  # (B, N-1)
     passes = (drafted >= best.index_select(1, parents)) & torch.isfinite(drafted)
     reached = (torch.cumsum((~passes[:, :depth]).long(), dim=1) == 0).long().sum(dim=1)  # (B,)
@@ -62,10 +72,12 @@ def greedy_walk(scores: Tensor, tokens: Tensor, parents: Tensor, depth: int) -> 
     final = torch.where(took, 1 + depth + first * depth + reached, reached)  # (B,)
     # (Indexing, not squeeze: a squeezed dynamic dimension exports as an If node.)
     row = scores.gather(1, final.view(-1, 1, 1).expand(-1, 1, vocab))[:, 0]  # (B, V)
-    top = best.gather(1, final.unsqueeze(1))  # (B, 1)
-    tie = ((row == top).long().sum(dim=1) > 1).long()
-    correction = top1.gather(1, final.unsqueeze(1))[:, 0]
-    return torch.stack([reached + took.long(), correction, final, tie], dim=1)
+    correction = row.argmax(dim=1)  # the argmax of one row only; ties: the first index
+    unsure = (row == best.gather(1, final.unsqueeze(1))).long().sum(dim=1) > 1
+    if pad >= 0:  # pad at some row's best, or drafted
+        unsure = (unsure | (scores[:, :, pad] >= best).any(dim=1)
+                  | (tokens[:, 1:] == pad).any(dim=1))
+    return torch.stack([reached + took.long(), correction, final, unsure.long()], dim=1)
 
 
 class FusedVerifyGraph(nn.Module):
@@ -82,10 +94,7 @@ class FusedVerifyGraph(nn.Module):
         super().__init__()
         self.verify = VerifyGraph(verifier)
         self.draft = DraftGraph(head)
-        self.layers = len(verifier.layers)
-        bias = torch.zeros(verifier.output_t.size(1))
-        bias[head.pad] = float("-inf")  # as the loop's constraints: never pad
-        self.register_buffer("verifier_pad_bias", bias)
+        self.layers, self.pad = len(verifier.layers), head.pad
 
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, offsets: Tensor,
                 ancestors: Tensor, parents: Tensor, slot_offsets: Tensor,
@@ -93,8 +102,7 @@ class FusedVerifyGraph(nn.Module):
         split = 4 * self.layers
         logits, lse, hidden, keys, values = self.verify(tokens, start, memory_mask, offsets,
                                                         ancestors, *kv[:split])
-        decision = greedy_walk(logits + self.verifier_pad_bias, tokens, parents,
-                               slot_offsets.size(0) - 1)
+        decision = greedy_walk(logits, tokens, parents, slot_offsets.size(0) - 1, self.pad)
         accepted, correction, final = decision[:, 0], decision[:, 1], decision[:, 2]
         state = hidden.gather(1, final.view(-1, 1, 1).expand(-1, 1, hidden.size(2)))[:, 0]
         # The correction sits after the accepted drafts: position start + accepted + 1.
@@ -102,24 +110,3 @@ class FusedVerifyGraph(nn.Module):
         drafts = self.draft(state, correction, positions, memory_mask, candidate_slots,
                             *kv[split:])
         return logits, lse, hidden, keys, values, drafts, decision
-
-
-class FusedEncoderGraph(nn.Module):
-    """The encoder graph, then the first drafts of the batch (anchor: BOS at
-    position 0, ``start_state`` for the verifier's state), so that no iteration
-    needs a draft call of its own. Extra inputs ``slot_offsets`` (K+1,) and
-    ``candidate_slots`` (C',), extra output ``first_drafts`` (B, C', K)."""
-
-    def __init__(self, encoder: nn.Module, head: LeanDraftHead, layers: int, bos: int):
-        super().__init__()
-        self.encoder, self.draft = encoder, DraftGraph(head)
-        self.layers, self.bos = layers, bos
-
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor, slot_offsets: Tensor,
-                candidate_slots: Tensor):
-        memory = self.encoder(src_tokens, src_lengths)
-        first = src_tokens[:, 0] * 0  # (B,) zeros that keep the batch dimension dynamic
-        states = self.draft.head.start_state.unsqueeze(0) + first.unsqueeze(1).float()
-        drafts = self.draft(states, first + self.bos, first.unsqueeze(1) + slot_offsets,
-                            memory[0], candidate_slots, *memory[1 + 2 * self.layers:])
-        return (*memory, drafts)

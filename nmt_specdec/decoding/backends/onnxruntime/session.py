@@ -27,7 +27,6 @@ from nmt_specdec.decoding.backends.onnxruntime import export
 from nmt_specdec.decoding.backends.onnxruntime.drafters import (
     FusedDrafter,
     OrtDrafter,
-    Pending,
     candidate_slots,
 )
 from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
@@ -298,9 +297,6 @@ class OrtBackend(Backend):
         # The fused graph's draft head is quantized as the draft graph's (see export).
         self.int8_draft = int8_draft and not int8
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
-        # (K, C') of the fused drafter's last proposal: the encoder call drafts as many.
-        self.expected = (0, 1)
-        self.first_drafts: Optional[Pending] = None  # the batch's first block, fused
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -349,16 +345,7 @@ class OrtBackend(Backend):
         draft_layers = self.model.draft_head.source_layers if self.draft_session else 0
         kv = [torch.empty(batch, self.heads, source, head_dim)
               for _ in range(2 * (self.layers + draft_layers))]
-        self.first_drafts = None
-        if self.fused_session is None:
-            self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
-        else:  # the fused encoder also drafts after BOS (BOS is position 0)
-            depth, count = self.expected
-            drafts = torch.empty(batch, count, depth, dtype=torch.long)
-            self.encoder_session.run([src, net_input["src_lengths"], candidate_slots(depth + 1),
-                                      candidate_slots(count)], [mask, *kv, drafts])
-            if depth > 0:
-                self.first_drafts = Pending(drafts, None, None, None)
+        self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
         return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
 
     def verifier(self) -> OrtVerifier:
