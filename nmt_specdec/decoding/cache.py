@@ -48,12 +48,11 @@ class StaticKVCache:
     def reserve(self, width: int) -> None:
         """Makes room for ``width`` slots (growing by whole chunks; the written
         slots are copied, the rest are zeros)."""
-        have = self.key.size(3)
-        if width <= have:
+        if width <= self.key.size(3):
             return
-        chunks = -(-(width - have) // self.grow_by) if self.grow_by else 1
-        slots = min(self.max_slots, have + chunks * self.grow_by) if self.grow_by else width
-        slots = max(slots, width)
+        slots = width
+        if self.grow_by:  # up to a whole chunk, never past what the batch may need
+            slots = max(width, min(self.max_slots, -(-width // self.grow_by) * self.grow_by))
         for name in ("key", "value"):
             old = getattr(self, name)
             new = old.new_zeros((*old.shape[:3], slots, old.size(4)))

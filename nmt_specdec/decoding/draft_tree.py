@@ -128,7 +128,7 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
     """
     batch, new, vocab = logits.shape
     width = (new - 1) // depth  # C
-    parent = _parents(depth, width, logits.device)  # (N-1,): node j+1's parent input
+    parent = parent_index(depth, width, logits.device)  # (N-1,): node j+1's parent input
     scores = logits.view(batch, -1).gather(1, parent * vocab + inputs[:, 1:])  # (B, N-1)
     best, top1 = logits.max(dim=-1)  # (B, N)
     if beta == 1:  # a -inf draft never reaches a finite best
@@ -173,9 +173,10 @@ def parent_list(depth: int, candidates: int) -> Tuple[int, ...]:
     return tuple(int(o) - 1 for o in tree_layout(depth, candidates).offsets[1:])
 
 
-def _parents(depth: int, candidates: int, device) -> Tensor:
+def parent_index(depth: int, candidates: int, device=None) -> Tensor:
     """(N-1,) the input each node is a prediction of: depth i's nodes hang off the
-    chain input at depth i-1."""
+    chain input at depth i-1 (kept per shape and device: a graph input bound to it
+    stays put)."""
     key = (depth, candidates, device)
     if key not in _PARENTS:
         _PARENTS[key] = torch.tensor(parent_list(depth, candidates), device=device)

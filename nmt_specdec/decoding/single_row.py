@@ -94,24 +94,19 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         verified = verifier.verify(tokens, start, length - 1, cache, cross, True, tree)
         logits = verified.logits  # (1, N, V)
         lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
-        decided = _decided(verified.decision, options.beta == 1 and not (
-            any(checks) or rules.unk_penalty), tokens, k)
-        if decided is not None:  # the call accepted as the code below would
-            num_accepted, correction, leaf_taken, path, proposed = decided
-        else:
-            if any(checks) or rules.unk_penalty:
+        flat = logits[0].detach().numpy()  # (N, V), the same memory as ``logits``
+        constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
+        decided = _decided(verified.decision, options.beta == 1 and not constrained, tokens, k)
+        if decided is None:
+            if constrained:
                 steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
                 constrain_logits_(logits, steps, max_len, rules, *checks)
             else:  # the one constraint of most steps, as a column write on the host
-                logits.detach().numpy()[0, :, rules.pad] = -math.inf
-            if options.beta == 1:
-                num_accepted, correction, leaf_taken, path, proposed = greedy_accept(
-                    logits[0].detach().numpy(), logits, tokens[0].tolist(), k,
-                    candidates if tree is not None else 1)
-            else:  # the shared criterion (top-beta, tau) in tensor code
-                num_accepted, correction, proposed, path = _accept(logits, tokens, k, tree,
-                                                                   options, cache, start)
-                leaf_taken = False  # _accept moved a taken leaf's keys itself
+                flat[:, rules.pad] = -math.inf
+            decided = (greedy_accept(flat, logits, tokens[0].tolist(), k,
+                                     candidates if tree is not None else 1)
+                       if options.beta == 1 else _accept(logits, tokens, k, tree, options))
+        num_accepted, correction, leaf_taken, path, proposed = decided
         if leaf_taken:
             move_leaf_keys(cache, start, torch.tensor([path]), torch.tensor([num_accepted]))
         final = path[num_accepted]
@@ -122,8 +117,8 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         count = len(new)
         # The flat input whose scores predicted each committed token (a chain: 0..).
         where = list(path[:count])
-        # Committed tokens are never pad: their raw scores are the constrained ones.
-        flat = logits[0].detach().numpy()  # (N, V)
+        # Committed tokens are never pad: where the call decided (raw scores), their
+        # raw scores are the constrained ones.
         scores += (flat[where, new] - lse[0].detach().numpy()[where]).tolist()
         host_tokens[0, length: length + count] = new
         committed += new
@@ -195,23 +190,18 @@ def _decided(decision: Optional[Tensor], usable: bool, tokens: Tensor, k: int):
     return accepted, correction, final > k, path, [inputs[i] for i in path[1:]]
 
 
-def _accept(logits: Tensor, tokens: Tensor, k: int, tree, options, cache, start):
-    """Any beta and tau, by the shared tensor code: ``(accepted drafts, correction,
-    drafts of the path, path)``."""
-    num_accepted, proposed, path = 0, [], list(range(k + 1))
+def _accept(logits: Tensor, tokens: Tensor, k: int, tree, options):
+    """Any beta and tau, by the shared tensor code, as :func:`greedy_accept` returns it."""
     if tree is not None:
         outcome = resolve_tree(logits, tokens, k, options.beta, options.tau)
-        num_accepted = int(outcome.acceptance.num_accepted[0])
-        correction = int(outcome.acceptance.correction[0])
-        proposed, path = outcome.drafts[0].tolist(), outcome.path[0].tolist()
-        if outcome.leaf_taken:
-            move_leaf_keys(cache, start, outcome.path, outcome.acceptance.num_accepted)
-        return num_accepted, correction, proposed, path
+        return (int(outcome.acceptance.num_accepted[0]), int(outcome.acceptance.correction[0]),
+                outcome.leaf_taken, outcome.path[0].tolist(), outcome.drafts[0].tolist())
+    num_accepted, proposed = 0, tokens[0, 1:].tolist()
     if k > 0:
-        proposed = tokens[0, 1:].tolist()
         for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
                                   options.tau)[0].tolist():
             if not passed:
                 break
             num_accepted += 1
-    return num_accepted, int(logits[0, num_accepted].topk(1).indices), proposed, path
+    return (num_accepted, int(logits[0, num_accepted].topk(1).indices), False,
+            list(range(k + 1)), proposed)

@@ -31,7 +31,7 @@ from nmt_specdec.decoding.backends.onnxruntime.drafters import (
 )
 from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
 from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.draft_tree import parent_list
+from nmt_specdec.decoding.draft_tree import parent_index
 from nmt_specdec.errors import UserError
 
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)
@@ -242,7 +242,7 @@ class OrtVerifier(VerifierCalls):
             drafts = take("drafts", (batch, count, depth), torch.long)
             decision = take("decision", (batch, 4), torch.long)
             b.fused_session.run([tokens, start, cross.mask, offsets, ancestors,
-                                 _parents(depth, count), candidate_slots(depth + 1),
+                                 parent_index(depth, count), candidate_slots(depth + 1),
                                  candidate_slots(count), *past, *cross.cross,
                                  *drafter.memory.draft],
                                 [logits, lse, hidden, keys, values, drafts, decision])
@@ -254,16 +254,6 @@ class OrtVerifier(VerifierCalls):
         cache.begin_pass(start, new, start_max, uniform, mask=False)
         cache.store_all(keys, values)
         return Verified(hidden, logits, lse, decision)
-
-
-_PARENTS: Dict[Tuple[int, int], Tensor] = {}
-
-
-def _parents(depth: int, count: int) -> Tensor:
-    """(N-1,) each node's parent input (kept per shape: its binding stays put)."""
-    if (depth, count) not in _PARENTS:
-        _PARENTS[(depth, count)] = torch.tensor(parent_list(depth, count))
-    return _PARENTS[(depth, count)]
 
 
 class OrtBackend(Backend):
