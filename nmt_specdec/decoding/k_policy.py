@@ -10,14 +10,16 @@ or large batches on a compute-bound CPU.
 - Acceptance: ``P(n >= i) = prod_{j<=i} c_j`` with ``c_j`` the chance that slot
   j is accepted once slot j-1 was, counted with exponential forgetting and a
   Beta(1, 1) prior; a slot never drafted inherits its predecessor's ``c``.
-- Cost: measured seconds per iteration for each (K, batch-size bucket), as an
-  exponential moving average; a K >= 1 not measured yet at that bucket is
-  extrapolated linearly in K from the drafting K that are (with a prior
-  slope). K=0 is never extrapolated: it makes no draft call, a fixed cost that
-  a line through the drafting K puts into it (at batch 1 on ONNX Runtime that
-  priced greedy at 1.8 ms a step instead of 1.44, and auto never tried it:
-  0.87x greedy with --int8). An unmeasured K that cannot be extrapolated is
-  tried once.
+- Cost: measured seconds per iteration for each (K, batch-size bucket), the
+  median of the last few iterations at that K. Every K up to the limit is
+  measured before any is compared (four iterations each; the first pays for
+  first use and is not trusted): extrapolating an untried K from a measured one
+  let one slow early K=1 price K=2..4 out for good, and at batch 1 on ONNX
+  Runtime auto then decoded greedily (1.10x greedy where K=2 ran 1.20x).
+- Retries: every ``retry_every`` iterations of a bucket the K measured longest
+  ago runs once more, so neither a noisy measurement nor acceptance learned
+  early (slots are only counted when drafted) locks a K out; it costs one
+  iteration in ``retry_every`` at a worse K.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
   decided per batch, from the tokens per second that whole batches committed
   with and without drafting. A per-iteration cost model misses what drafting
@@ -32,6 +34,7 @@ Shapes: B active rows.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt_specdec.decoding.options import SpecDecOptions
@@ -140,23 +143,25 @@ class AcceptanceEstimate:
 
 
 class CostTable:
-    """Measured seconds per iteration by (K, batch bucket), with extrapolation.
+    """Measured seconds per iteration by (K, batch bucket): the median of the last
+    ``window`` trusted iterations at that K.
 
     The first iteration at a new K is not trusted: it pays for first-use work
     (the runtime plans memory for a new input shape, buffers are bound), which
-    made K=1 look like 3 ms against 2.3 and, believed, kept auto at K=0 on ONNX
-    Runtime for good (where K=2 is 1.14x faster). It counts once a second
-    iteration at that K replaces it.
+    made K=1 look like 3 ms against 2.3. A K counts as measured after
+    ``min_count`` trusted iterations, and its estimate is their median, not a
+    mean, so that one iteration that met a page fault or a noisy neighbour
+    does not price a K out.
 
     Args:
-        prior_slope: relative extra cost per drafted token before two K are measured.
-        smoothing: weight of a new measurement in the moving average.
+        window: trusted iterations kept per (K, bucket).
+        min_count: trusted iterations before a K has an estimate.
     """
 
-    def __init__(self, prior_slope: float = 0.3, smoothing: float = 0.2):
-        self.seconds: Dict[Tuple[int, int], float] = {}  # trusted measurements only
+    def __init__(self, window: int = 5, min_count: int = 3):
+        self.recent: Dict[Tuple[int, int], List[float]] = {}  # trusted, newest last
         self.first: Dict[Tuple[int, int], float] = {}  # first iterations, not trusted
-        self.prior_slope, self.smoothing = prior_slope, smoothing
+        self.window, self.min_count = window, min_count
 
     @staticmethod
     def bucket(batch: int) -> int:
@@ -167,29 +172,16 @@ class CostTable:
         if key not in self.first:
             self.first[key] = seconds
             return
-        self.seconds[key] = moving_average(self.seconds.get(key), seconds, self.smoothing)
-
-    def tried(self, batch: int) -> bool:
-        """Whether any K has run at this bucket (trusted or not)."""
-        bucket = self.bucket(batch)
-        return any(b == bucket for _, b in self.first)
+        recent = self.recent.setdefault(key, [])
+        recent.append(seconds)
+        del recent[:-self.window]
 
     def __call__(self, k: int, batch: int) -> Optional[float]:
-        """Estimated seconds of an iteration with K=k (None: not measured, and K=0
-        or no drafting K measured at this bucket to extrapolate from)."""
-        bucket = self.bucket(batch)
-        if (k, bucket) in self.seconds:
-            return self.seconds[(k, bucket)]
-        known = sorted((kk, s) for (kk, b), s in self.seconds.items() if b == bucket and kk > 0)
-        if k == 0 or not known:
+        """Estimated seconds of an iteration with K=k; None until measured."""
+        recent = self.recent.get((k, self.bucket(batch)))
+        if recent is None or len(recent) < self.min_count:
             return None
-        if len(known) == 1:
-            k0, s0 = known[0]
-            base = s0 / (1 + self.prior_slope * k0)
-            return base * (1 + self.prior_slope * k)
-        (k0, s0), (k1, s1) = known[0], known[-1]
-        slope = max((s1 - s0) / (k1 - k0), 0.0)
-        return max(s0 + slope * (k - k0), 1e-9)
+        return statistics.median(recent)
 
 
 class AutoK(KPolicy):
@@ -202,7 +194,7 @@ class AutoK(KPolicy):
 
     wants_counts = True
 
-    def __init__(self, max_k: int, cost: Optional[CostFn] = None):
+    def __init__(self, max_k: int, cost: Optional[CostFn] = None, retry_every: int = 40):
         self.acceptance = AcceptanceEstimate(max_k)
         self.table = CostTable() if cost is None else None
         self.cost: CostFn = cost if cost is not None else self.table
@@ -210,6 +202,9 @@ class AutoK(KPolicy):
         self.arms = BatchArms()
         self.may_draft = True  # this batch's arm (a single row always may)
         self.batch_bucket = 1
+        self.retry_every = retry_every
+        self.turns: Dict[int, int] = {}  # bucket -> iterations chosen
+        self.last_run: Dict[Tuple[int, int], int] = {}  # (K, bucket) -> turn it last ran
 
     def start_batch(self, rows: int) -> None:
         self.batch_bucket = CostTable.bucket(rows)
@@ -224,20 +219,19 @@ class AutoK(KPolicy):
         self.batch = batch
         if not self.may_draft:
             return 0
-        tokens = self.acceptance.expected_tokens()
+        bucket = CostTable.bucket(batch)
+        turn = self.turns[bucket] = self.turns.get(bucket, 0) + 1
         costs = [self.cost(k, batch) for k in range(limit + 1)]
-        measured = (self.table.tried(batch) if self.table is not None
-                    else any(c is not None for c in costs))
-        if measured and None in costs:
-            return costs.index(None)  # run it (again): measured seconds beat a guess
-        best_k, best_rate = 0, -1.0
-        for k, seconds in enumerate(costs):
-            if seconds is None:  # nothing measured yet: start from the prior
-                seconds = 1 + CostTable().prior_slope * k
-            rate = tokens[k] / seconds
-            if rate > best_rate * (1 + 1e-9):
-                best_k, best_rate = k, rate
-        return best_k
+        if None in costs:
+            k = costs.index(None)  # measured seconds beat a guess: run it (again)
+        else:
+            tokens = self.acceptance.expected_tokens()
+            k = max(range(limit + 1), key=lambda k: (tokens[k] / costs[k], -k))
+            if limit > 0 and turn % self.retry_every == 0:
+                k = min((kk for kk in range(limit + 1) if kk != k),
+                        key=lambda kk: self.last_run.get((kk, bucket), -1))
+        self.last_run[(k, bucket)] = turn
+        return k
 
     def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
         self.acceptance.observe(num_accepted, k)

@@ -324,7 +324,7 @@ def test_auto_k_starts_every_pass_from_its_initial_state(toy: dict, monkeypatch)
         resets.append(self.options.auto_k)
         original(self)
         # The initial state: no acceptance counted, no pass cost measured.
-        assert not any(self.k_policy.acceptance.reached) and not self.k_policy.table.seconds
+        assert not any(self.k_policy.acceptance.reached) and not self.k_policy.table.recent
 
     monkeypatch.setattr(SpecDecGenerator, "reset_k_policy", counting)
     results = toy["script"].run(_config(toy, "auto", grid_auto=True, grid_beta=(1,),

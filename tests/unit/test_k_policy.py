@@ -31,14 +31,14 @@ def test_zero_acceptance_and_full_step_drafts_choose_zero():
     # Every drafted position costs a whole greedy step; nothing is ever accepted.
     policy = AutoK(8, cost=lambda k, batch: 1.0 + k)
     chosen = run_policy(policy, accept=lambda k: 0)
-    assert chosen[-50:] == [0] * 50
+    assert chosen[-50:].count(0) >= 48  # but for a retry every 40 iterations
 
 
 def test_oracle_drafter_chooses_the_largest_k():
     # Drafts cost a fifth of a step each and are always all accepted.
     policy = AutoK(8, cost=lambda k, batch: 1.0 + 0.2 * k)
     chosen = run_policy(policy, accept=lambda k: k)
-    assert chosen[-50:] == [8] * 50
+    assert chosen[-50:].count(8) >= 48
 
 
 def test_respects_the_limit():
@@ -57,22 +57,57 @@ def test_measured_costs_pick_the_middle():
     assert policy.choose(8, 1) == best == 3
 
 
-def test_cost_table_measures_and_extrapolates():
-    table = CostTable(prior_slope=0.5)
+def test_cost_table_trusts_the_median_of_measured_iterations():
+    table = CostTable(window=3, min_count=2)
     assert table(3, 1) is None
     table.record(0, 1, 9.0)  # a first iteration at a K pays for first use: not trusted
-    assert table(0, 1) is None and table.tried(1) and not table.tried(32)
     table.record(0, 1, 2.0)
-    assert table(0, 1) == 2.0 and table(2, 1) is None  # greedy says nothing of a draft call
-    table.record(1, 1, 30.0)
-    table.record(1, 1, 3.0)
-    assert table(3, 1) == pytest.approx(5.0)  # prior slope from K=1: 2.0 * (1 + 0.5 * 3)
-    table.record(4, 1, 6.0)
-    table.record(4, 1, 6.0)
-    assert table(2, 1) == pytest.approx(4.0)  # linear between measured drafting K
-    assert table(0, 32) is None  # another batch bucket
+    assert table(0, 1) is None  # one trusted iteration is not yet a measurement
     table.record(0, 1, 4.0)
-    assert 2.0 < table(0, 1) < 4.0  # moving average
+    assert table(0, 1) == pytest.approx(3.0)
+    table.record(0, 1, 50.0)  # a hiccup does not move the median far
+    assert table(0, 1) == pytest.approx(4.0)
+    table.record(0, 1, 2.0)
+    table.record(0, 1, 2.0)  # only the last three count
+    assert table(0, 1) == pytest.approx(2.0)
+    assert table(2, 1) is None  # greedy says nothing of a drafting K
+    assert table(0, 32) is None  # another batch bucket
+
+
+def drive(policy: AutoK, seconds, accept, turns: int) -> list[int]:
+    """Batch 1 with the measured cost table: ``seconds(k, turn)`` per iteration."""
+    chosen = []
+    for turn in range(turns):
+        k = policy.choose(4, 1)
+        policy.observe([accept(k)], k, seconds=seconds(k, turn))
+        chosen.append(k)
+    return chosen
+
+
+def test_auto_k_measures_every_k_instead_of_extrapolating_from_a_slow_start():
+    # A quarter of the iterations accept nothing, the rest every draft; an
+    # iteration costs 1 + 0.15 K, so K=4 wins (4 tokens in 1.6). K=1's first iterations ran slow (a noisy neighbour): a line drawn
+    # from them priced every drafting K out and auto decoded greedily for good.
+    def seconds(k, turn):
+        return 5.0 if k == 1 and turn < 12 else 1.0 + 0.15 * k
+    pattern = [4, 4, 4, 0]  # accepted drafts, cycling
+    turns = iter(range(10 ** 6))
+    chosen = drive(AutoK(4), seconds, lambda k: min(pattern[next(turns) % 4], k), 300)
+    assert set(chosen[:25]) == {0, 1, 2, 3, 4}  # each K measured early
+    assert chosen[-100:].count(4) >= 95
+
+
+def test_auto_k_retries_a_k_that_a_noisy_burst_priced_out():
+    # K=2 is the best K, but its first measured iterations all ran 4x slow; the
+    # retries measure it again and auto comes back to it.
+    def seconds(k, turn):
+        slow = k == 2 and turn < 40
+        return (4.0 if slow else 1.0) * (1.0 + 0.3 * k)
+    def accept(k):  # slot 1 always, slot 2 usually, later slots never
+        return min(k, 2)
+    chosen = drive(AutoK(4, retry_every=10), seconds, accept, 600)
+    assert chosen[:20].count(2) >= 3  # K=2 measured in the burst, priced out...
+    assert chosen[-100:].count(2) >= 85  # ... and back once retries measured it again
 
 
 def test_auto_k_measures_greedy_instead_of_extrapolating_it():
