@@ -56,7 +56,8 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
     options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
                              deterministic=cfg.deterministic, auto_k=auto and k > 0,
                              candidates=cfg.spec_candidates)
-    backend = make_backend(cfg.backend, model, tgt_dict, cfg.int8, cfg.fused_draft)
+    backend = make_backend(cfg.backend, model, tgt_dict, cfg.int8, cfg.fused_draft,
+                           getattr(cfg, "exact_scores", False))
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
                                                  backend=backend)
 

@@ -38,6 +38,8 @@ from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 from nmt_specdec.decoding.scoring import (
     Constraints,
+    certain,
+    certainty_margin,
     constrain_logits_,
     normaliser,
     positional_scores,
@@ -248,12 +250,19 @@ class SpecDecGenerator(nn.Module):
         else:
             inputs = torch.cat([last, drafts], 1) if k > 0 else last
             offsets = torch.arange(k + 1, device=steps.device)
-        hidden, logits, lse = verifier.verify(inputs, steps, longest - 1, cache, cross,
-                                              uniform, layout)[:3]  # (B, N, C), (B, N, V)
+        verified = verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
+        hidden, logits, lse = verified[:3]  # (B, N, C), (B, N, V), (B, N) or None
         if lse is None:  # before the constraints, as fairseq normalises
             lse = normaliser(logits)
         predicted_step = steps.unsqueeze(1) + offsets
         constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
+        if verified.bound is not None and not certain(
+                logits.amax(dim=-1), verified.bound,
+                certainty_margin(self.options.beta, self.options.tau)):
+            # An 8-bit score may matter here: this call's scores again, in fp32.
+            logits = verifier.exact_logits(hidden)
+            lse = normaliser(logits)
+            constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
         # 3. accept and commit
         if tree:  # from here on the accepted path is a chain of K+1 positions
             acceptance, path, drafts, leaf_taken = resolve_tree(

@@ -77,3 +77,21 @@ def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Ten
 def normaliser(logits: Tensor) -> Tensor:
     """(B, N) ``logsumexp`` over the vocabulary, in float32."""
     return torch.logsumexp(logits.float(), dim=-1)
+
+
+def certain(best: Tensor, bound: Tensor, margin: float) -> bool:
+    """Whether every position's decision stands on exact logits.
+
+    Args:
+        best: (B, N) best constrained logit per position.
+        bound: (B, N) the verifier's bound (:class:`~.backends.base.Verified`):
+            no inexact logit lies above it.
+        margin: how far below the best a token still matters (0 at beta = 1;
+            tau for beta > 1, whose criterion reads every token within tau).
+    """
+    return bool((best > bound + margin).all())
+
+
+def certainty_margin(beta: int, tau: float) -> float:
+    """The ``margin`` of :func:`certain` for these acceptance settings."""
+    return 0.0 if beta == 1 else tau

@@ -43,7 +43,12 @@ from nmt_specdec.decoding.draft_tree import (
     walk_row,
 )
 from nmt_specdec.decoding.drafters import DraftRequest
-from nmt_specdec.decoding.scoring import constrain_logits_, normaliser
+from nmt_specdec.decoding.scoring import (
+    certain,
+    certainty_margin,
+    constrain_logits_,
+    normaliser,
+)
 from nmt_specdec.decoding.stats import tally_turns
 
 if TYPE_CHECKING:
@@ -69,6 +74,7 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
     inputs: Dict[int, Tensor] = {}  # N -> (1, N) verify inputs, kept (stable bindings)
     offsets = torch.arange(k_max + 1)
     committed, scores = [bos], [0.0]
+    margin = certainty_margin(options.beta, options.tau)
     turns: List[tuple] = []  # (K, accepted drafts, committed, finished) per turn
     final = -1  # the input of the last verify call whose state ``states`` is (-1: the start)
     while True:
@@ -98,11 +104,15 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
         decided = _decided(verified.decision, options.beta == 1 and not constrained, tokens, k)
         if decided is None:
-            if constrained:
-                steps = start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
-                constrain_logits_(logits, steps, max_len, rules, *checks)
-            else:  # the one constraint of most steps, as a column write on the host
-                flat[:, rules.pad] = -math.inf
+            steps = (start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
+                     if constrained else None)
+            _constrain(logits, flat, steps, max_len, rules, checks)
+            if verified.bound is not None and not certain(
+                    flat.max(-1), verified.bound[0].numpy(), margin):
+                # An 8-bit score may matter here: this call's scores again, in fp32.
+                logits.copy_(verifier.exact_logits(verified.hidden))
+                lse = normaliser(logits)
+                _constrain(logits, flat, steps, max_len, rules, checks)
             decided = (greedy_accept(flat, logits, tokens[0].tolist(), k,
                                      candidates if tree is not None else 1)
                        if options.beta == 1 else _accept(logits, tokens, k, tree, options))
@@ -135,6 +145,16 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
     gen.stats.add_tally(*tally_turns(*map(torch.tensor, zip(*turns)), k_max))
     return [(torch.tensor(committed[1:]), torch.tensor(scores[1:], dtype=rows.scores.dtype),
              len(turns))]
+
+
+def _constrain(logits: Tensor, flat: np.ndarray, steps: Optional[Tensor], max_len: Tensor,
+               rules, checks: tuple) -> None:
+    """The length constraints (``steps``: the step each input predicts, None when
+    none applies) or else only "never pad", as a column write on the host."""
+    if steps is not None:
+        constrain_logits_(logits, steps, max_len, rules, *checks)
+    else:
+        flat[:, rules.pad] = -math.inf
 
 
 def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: int,

@@ -4,8 +4,11 @@ The probe of ``../shared/probes/ort_step.py``, on the real checkpoint and the
 real graphs instead of random weights: the verify pass (N new positions
 against a cache of ``--past`` positions and a ``--source``-token memory) timed
 on torch eager (the torch backend), torch eager and ``torch.compile`` of the
-exported graph module, ONNX Runtime fp32 and int8 (the onnxruntime backend's
-calls, I/O binding included) and OpenVINO (the fp32 ONNX graph; skipped when
+exported graph module, ONNX Runtime fp32 (every logit in fp32, and the
+default: the output projection in 8 bits with its decisions certified in fp32,
+see :mod:`~nmt_specdec.decoding.backends.onnxruntime.projection`) and int8 (the
+onnxruntime backend's calls, I/O binding included) and OpenVINO (the all-fp32
+ONNX graph; skipped when
 not installed) in three settings: f32 with the dynamic shapes a decoder needs,
 f32 reshaped to this call's static shapes, and bf16 (OpenVINO's default
 precision on CPUs with bf16 units, which silently rounds the weights: not an
@@ -64,10 +67,13 @@ def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeat
     rows = []
     for new in sorted({1, *(k + 1 for k in ks)}):
         row: Dict[str, object] = {"N": new}
-        for label, name, int8 in (("torch eager (backend)", "torch", False),
-                                  ("onnxruntime fp32", "onnxruntime", False),
-                                  ("onnxruntime int8", "onnxruntime", True)):
-            backend = make_backend(name, model, dictionary, int8)
+        for label, name, int8, exact in (
+                ("torch eager (backend)", "torch", False, False),
+                ("onnxruntime fp32, every logit (--exact-scores)", "onnxruntime", False, True),
+                ("onnxruntime fp32, 8-bit projection certified (default)", "onnxruntime",
+                 False, False),
+                ("onnxruntime int8", "onnxruntime", True, False)):
+            backend = make_backend(name, model, dictionary, int8, exact_scores=exact)
             memory = backend.encode(net_input)
             verifier = backend.verifier()
             cross = verifier.cross_states(memory)
@@ -75,7 +81,8 @@ def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeat
             with torch.no_grad():
                 row[label] = _ms(lambda: verifier.verify(tokens, start, past, cache, cross,
                                                          True), repeats)
-        ort = make_backend("onnxruntime", model, dictionary)
+        # The all-fp32 graph: the other runtimes run standard ONNX ops only.
+        ort = make_backend("onnxruntime", model, dictionary, exact_scores=True)
         memory = ort.encode(net_input)
         tokens, start, cache = _inputs(ort, batch, new, past)
         past_kv = [t[i] for i in range(ort.layers) for t in (cache.key, cache.value)]

@@ -82,8 +82,10 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     model, task, sources = shipped
     batch = _first_batch(task, sources, 4)["net_input"]
     dictionary = task.target_dictionary
-    # fp32 drafts too (the default drafts in int8: see the next test).
-    fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
+    # fp32 drafts too (the default drafts in int8: see the next test), and every
+    # logit in fp32 (the default's 8-bit projection: test_certified_projection.py).
+    fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False,
+                      certified=False)
     results = []
     for backend in (TorchBackend(model), fp32):
         memory = backend.encode(batch)
@@ -125,9 +127,14 @@ def test_fp32_backend_drafts_in_int8_and_decodes_the_same(shipped, backends):
 
     model, task, sources = shipped
     default = backends[False]
-    ops = {name: {node.op_type for node in onnx.load(str(default.directory / name)).graph.node}
-           for name in ("draft.onnx", "verify.onnx")}
-    assert "MatMulNBits" in ops["draft.onnx"] and "MatMulNBits" not in ops["verify.onnx"]
+    from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
+
+    quantized = {name: [node.name for node in onnx.load(str(default.directory / name)).graph.node
+                        if node.op_type == "MatMulNBits"]
+                 for name in ("draft.onnx", "verify.onnx")}
+    # The verifier's only 8-bit product is its certified output projection's.
+    assert quantized["draft.onnx"] and len(quantized["verify.onnx"]) == 1
+    assert quantized["verify.onnx"][0].startswith(APPROX_SCOPE)
     dictionary = task.target_dictionary
     fp32 = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False)
     runs = []
@@ -154,19 +161,27 @@ def test_kept_bindings_read_what_lies_there_now(shipped, backends):
         cache = verifier.new_cache(2, 12)
         tokens, start = torch.tensor([[2, 10], [2, 30]]), torch.zeros(2, dtype=torch.long)
         results = []
+
+        def kept(got):  # logits, and where they are exact (all of them in torch)
+            exact = (torch.ones_like(got.logits, dtype=torch.bool) if got.bound is None
+                     else got.logits > got.bound.unsqueeze(-1))
+            return got.logits.clone(), exact
+
         for contents in ([[2, 10], [2, 30]], [[2, 40], [2, 50]]):  # same tensor, new values
             tokens.copy_(torch.tensor(contents))
-            results.append(verifier.verify(tokens, start, 0, cache, cross, True).logits.clone())
+            results.append(kept(verifier.verify(tokens, start, 0, cache, cross, True)))
         other = torch.tensor([[2, 70], [2, 71]])  # the same shape at another address
-        results.append(verifier.verify(other, start, 0, cache, cross, True).logits.clone())
+        results.append(kept(verifier.verify(other, start, 0, cache, cross, True)))
         wider = torch.tensor([[60, 61, 62], [63, 64, 65]])  # a new shape
-        results.append(verifier.verify(wider, torch.full((2,), 2), 2, cache, cross,
-                                       True).logits.clone())
+        results.append(kept(verifier.verify(wider, torch.full((2,), 2), 2, cache, cross, True)))
         calls.append(results)
-    assert not torch.allclose(calls[1][0], calls[1][1])
-    assert not torch.allclose(calls[1][1], calls[1][2])
-    for ours, theirs in zip(calls[1], calls[0]):
-        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(calls[1][0][0], calls[1][1][0])
+    assert not torch.allclose(calls[1][1][0], calls[1][2][0])
+    for (ours, exact), (theirs, _) in zip(calls[1], calls[0]):
+        # The certified 8-bit projection is exact above its bound (the best tokens).
+        assert exact.any(-1).all()
+        torch.testing.assert_close(ours[exact], theirs[exact], atol=1e-4, rtol=1e-4)
+        assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])

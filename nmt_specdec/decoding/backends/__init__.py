@@ -53,8 +53,10 @@ def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> N
 
 
 def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
-                 fused_draft: bool = False) -> Backend:
-    """The backend ``name`` for ``model`` (special ids from ``tgt_dict``).
+                 fused_draft: bool = False, exact_scores: bool = False) -> Backend:
+    """The backend ``name`` for ``model`` (special ids from ``tgt_dict``;
+    ``exact_scores``: onnxruntime's fp32 verifier computes every logit in fp32
+    instead of certifying its decisions over an 8-bit output projection).
 
     Raises:
         UserError: unknown name, ``--int8`` with torch, or a runtime that is not
@@ -76,10 +78,11 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
     # One backend per (model, options): the hub builds a generator per call and
     # the evaluation one per row; each would otherwise hash the weights again and
     # hold its own copy of them in its sessions.
-    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft)
+    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores)
     shared = _SHARED.setdefault(model, {})
     if key not in shared:
-        shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft)
+        shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft,
+                                 certified=not exact_scores)
     return shared[key]
 
 

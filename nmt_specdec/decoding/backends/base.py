@@ -39,12 +39,19 @@ class Verified(NamedTuple):
             the loop must decide itself: a tie, or pad involved) when the call
             decided it too
             (``--fused-draft``, see :mod:`.onnxruntime.fused`), else None.
+        bound: (B, N) when only the logits above it are exact (an 8-bit
+            projection certified in fp32, see :mod:`.onnxruntime.projection`):
+            no token outside the exact ones scores above it. A decision is the
+            exact one where the best constrained logit beats it
+            (:func:`~nmt_specdec.decoding.scoring.certain`); elsewhere the loop
+            takes :meth:`VerifierCalls.exact_logits`. None: every logit exact.
     """
 
     hidden: Tensor
     logits: Tensor
     normaliser: Optional[Tensor] = None
     decision: Optional[Tensor] = None
+    bound: Optional[Tensor] = None
 
 
 class VerifierCalls:
@@ -66,6 +73,11 @@ class VerifierCalls:
         raise NotImplementedError
 
     def new_cache(self, batch: int, slots: int) -> StaticKVCache:
+        raise NotImplementedError
+
+    def exact_logits(self, hidden: Tensor) -> Tensor:
+        """(B, N, V) exact logits of final states (B, N, C): asked for only where a
+        :class:`Verified` with a ``bound`` could not certify a decision."""
         raise NotImplementedError
 
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,

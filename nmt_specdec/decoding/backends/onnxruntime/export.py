@@ -41,13 +41,14 @@ from nmt_specdec.decoding.backends.onnxruntime.graphs import (
     kv_names,
     lean_encoder_layers,
 )
+from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
 from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 12  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 13  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -95,17 +96,21 @@ def file_sha256(path: Path) -> str:
 
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
               root: Optional[Path] = None, fused: bool = False,
-              int8_draft: bool = False) -> Path:
+              int8_draft: bool = False, certified: bool = False) -> Path:
     """The directory of valid graphs for ``model``, exporting them if needed
     (``fused``: also the fused verify+draft graph, in a directory of its own so
     that the plain variant does not store its weights twice; ``int8_draft``: an
-    8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`)."""
+    8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`;
+    ``certified``: the fp32 verifier's output projection in 8 bits with its
+    decisions certified, see :mod:`.projection`)."""
     import onnxruntime
 
     digest = weights_sha256(model)
     int8_draft = int8_draft and not int8
+    certified = certified and not int8
     refine_steps, shortlist = _refine(model)
     variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
+               + ("-certified" if certified else "")
                + ("-int8draft" if int8_draft else "")
                + (f"-refine{refine_steps}x{shortlist}" if refine_steps else ""))
     directory = (root or cache_root()) / digest / variant
@@ -113,7 +118,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
                 "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
-                "pad": pad, "eos": eos,
+                "certified": certified, "pad": pad, "eos": eos,
                 "draft_head": hasattr(model, "draft_head"),
                 # Unrolled into the draft graph, and not a weight.
                 "refine": list(_refine(model))}
@@ -130,7 +135,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
                         "directory") from None
     try:
-        files = export_graphs(model, pad, building, fused)
+        files = export_graphs(model, pad, building, fused, certified)
         # The encoder runs once per batch: not worth the accuracy.
         quantized = ([name for name in files if name != ENCODER] if int8 else
                      [DRAFT] if int8_draft and DRAFT in files else [])
@@ -141,6 +146,10 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                 quantize_graph(building / name)
             if int8_draft and FUSED in files:  # its draft head as the draft graph's
                 quantize_graph(building / FUSED, only_under="/draft/")
+        if certified:
+            from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
+
+            quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -175,7 +184,8 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         return False
 
 
-def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False) -> list:
+def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
+                  certified: bool = False) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
@@ -183,13 +193,13 @@ def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False) ->
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out, fused)
+        return _export_graphs(model, pad, out, fused, certified)
     finally:
         for p in frozen:
             p.requires_grad_(True)
 
 
-def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
+def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified: bool) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
@@ -213,7 +223,7 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
     past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * layers)]
     common = {"memory_mask": {0: "batch", 3: "source"}}
     chain = torch.arange(3)
-    _export(VerifyGraph(verifier).eval(),
+    _export(VerifyGraph(verifier, certified).eval(),
             (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask, chain,
              chain.view(-1, 1) >= chain.view(1, -1), *past, *cross),
             out / VERIFY,
@@ -223,7 +233,8 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool) -> list:
              **{n: source for n in kv_names("cross", layers)}},
             {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
              "hidden": {0: "batch", 1: "new"},
-             "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"}})
+             "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"},
+             **({"bound": {0: "batch", 1: "new"}} if certified else {})})
     if head is None:
         return [ENCODER, VERIFY]
     _export(DraftGraph(head).eval(),

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmt_specdec.decoding.backends.onnxruntime.projection import CertifiedProjection
 from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.backends.torch.layers import CrossKV, LayerWeights, Norm, cross_kv
 from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier, encoder_memory
@@ -243,12 +244,15 @@ class VerifyGraph(nn.Module):
     (fairseq's scores are log-probabilities: computed in the graph it costs
     ~12 us, in torch after the call ~60 us an iteration on logits that had just
     left the runtime), ``hidden`` (B, N, C), ``new_keys`` and ``new_values``
-    (L, B, H, N, D).
+    (L, B, H, N, D); with ``certified``, ``bound`` (B, N) too: the logits come
+    from the 8-bit projection of :mod:`.projection`, exact only above ``bound``.
     """
 
-    def __init__(self, verifier: LeanVerifier):
+    def __init__(self, verifier: LeanVerifier, certified: bool = False):
         super().__init__()
         self.verifier = verifier
+        self.projection = (CertifiedProjection(verifier.output_t.t()) if certified
+                           else None)
 
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, offsets: Tensor,
                 ancestors: Tensor, *kv: Tensor):
@@ -273,11 +277,15 @@ class VerifyGraph(nn.Module):
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
             x = graph_layer(weights, x, store, mask, memory)
         x = _norm_if(True, x, lean.final_norm)
-        logits = torch.matmul(x, lean.output_t)  # (B, N, V)
+        if self.projection is None:
+            logits, bound = torch.matmul(x, lean.output_t), None  # (B, N, V)
+        else:
+            logits, bound = self.projection(x)
         # Spelled out: ONNX Runtime's ReduceLogSumExp took 110 us here, these 12 us.
         best = logits.amax(dim=-1, keepdim=True)
         lse = (best + (logits - best).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
-        return logits, lse, x, torch.stack(new_keys), torch.stack(new_values)
+        outputs = (logits, lse, x, torch.stack(new_keys), torch.stack(new_values))
+        return outputs if bound is None else (*outputs, bound)
 
 
 class DraftGraph(nn.Module):

@@ -1,0 +1,171 @@
+"""The fp32 ONNX Runtime verifier's 8-bit output projection, certified in fp32
+(``nmt_specdec/decoding/backends/onnxruntime/projection.py``), on the shipped model.
+
+- no token's exact logit lies above the call's ``bound`` unless the call gave
+  that token its exact logit: the guarantee every decision rests on;
+- the 8-bit error is within half the bound the graph assumes;
+- decoding takes the same tokens as the all-fp32 verifier, with scores within
+  5e-3, at batch 1 and 8 (both loops);
+- where the bound certifies nothing, the loops fall back to fp32 logits: the
+  same tokens, and scores equal to the all-fp32 verifier's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_model
+
+pytest.importorskip("onnxruntime")
+
+LENGTHS = dict(max_len_a=SETTINGS["max_len_a"], max_len_b=SETTINGS["max_len_b"])
+
+
+@pytest.fixture(scope="module")
+def shipped(onnx_cache):
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
+
+    torch.set_num_threads(1)
+    model, task = load_model()
+    dictionary = task.target_dictionary
+    backends = {certified: OrtBackend(model, dictionary.pad(), dictionary.eos(),
+                                      certified=certified) for certified in (True, False)}
+    assert backends[True].certified and not backends[False].certified
+    return model, task, hand_written_sources(task), backends
+
+
+def _decode(model, task, sources, backend, k: int, batch_size: int):
+    """(tokens, positional scores) per sentence, in input order."""
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+
+    rules = LengthRules.from_generation_args(
+        argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
+    generator = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules,
+                                 backend=backend)
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    out = {}
+    for start in range(0, len(sources), batch_size):
+        batch = dataset.collater([dataset[i] for i in range(start, min(start + batch_size,
+                                                                       len(sources)))])
+        for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
+            out[i] = (hyps[0]["tokens"].tolist(), hyps[0]["positional_scores"])
+    return [out[i] for i in range(len(sources))]
+
+
+def _teacher_forced_calls(model, task, sources, backend):
+    """Verify calls over each sentence's greedy output, 4 positions at a time:
+    [(certified logits, bound, hidden)] on real decoder states."""
+    from nmt_specdec.decoding.loop import SpecDecGenerator  # noqa: F401  (registration)
+
+    greedy = _decode(model, task, sources[:12], backend, 0, 1)
+    calls = []
+    for source, (tokens, _) in zip(sources[:12], greedy):
+        memory = backend.encode({"src_tokens": source.view(1, -1),
+                                 "src_lengths": torch.tensor([source.numel()])})
+        verifier = backend.verifier()
+        cross = verifier.cross_states(memory)
+        cache = verifier.new_cache(1, len(tokens) + 8)
+        inputs = [task.target_dictionary.eos()] + tokens[:-1]
+        for first in range(0, len(inputs), 4):
+            block = torch.tensor([inputs[first: first + 4]])
+            got = verifier.verify(block, torch.tensor([first]), first, cache, cross, True)
+            calls.append((got.logits.clone(), got.bound.clone(), got.hidden.clone()))
+    return calls
+
+
+def test_no_inexact_logit_lies_above_the_bound(shipped):
+    from nmt_specdec.decoding.backends.onnxruntime.projection import CertifiedProjection
+
+    model, task, sources, backends = shipped
+    weight = model.decoder.output_projection.weight.detach()
+    projection = CertifiedProjection(weight)
+    positions = certain = 0
+    for logits, bound, hidden in _teacher_forced_calls(model, task, sources, backends[True]):
+        exact = hidden @ weight.t()
+        inexact = (logits - exact).abs() > 1e-4  # the 8-bit scores
+        # The guarantee: any token above the bound has its exact score.
+        assert not (inexact & (exact >= bound.unsqueeze(-1))).any()
+        # The 8-bit error stays within half the assumed bound (the other half: SAFETY).
+        stats = torch.stack([hidden.abs().amax(-1), hidden.abs().sum(-1),
+                             torch.ones_like(hidden[..., 0])], -1)
+        assumed = stats @ projection.coef
+        assert ((logits - exact).abs() <= assumed / 2)[inexact].all()
+        # The candidates are the tokens the decisions read: the best is exact.
+        best = exact.argmax(-1, keepdim=True)
+        torch.testing.assert_close(logits.gather(-1, best), exact.gather(-1, best),
+                                   atol=1e-4, rtol=1e-5)
+        positions += bound.numel()
+        certain += int((exact.amax(-1) > bound).sum())
+    assert positions > 100 and certain / positions > 0.95
+
+
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_decodes_as_the_fp32_verifier(shipped, batch_size):
+    model, task, sources, backends = shipped
+    for k in (0, SETTINGS["k"]):
+        ours = _decode(model, task, sources, backends[True], k, batch_size)
+        theirs = _decode(model, task, sources, backends[False], k, batch_size)
+        assert [t for t, _ in ours] == [t for t, _ in theirs]
+        for (_, a), (_, b) in zip(ours, theirs):
+            torch.testing.assert_close(a, b, atol=5e-3, rtol=0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size):
+    # A bound above every logit certifies nothing: every call must be redone in
+    # fp32, so that even the scores are the all-fp32 verifier's.
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtVerifier
+
+    model, task, sources, backends = shipped
+    verify, fallbacks = OrtVerifier.verify, []
+
+    def certifies_nothing(self, *args, **kwargs):
+        got = verify(self, *args, **kwargs)
+        return got._replace(bound=torch.full_like(got.bound, float("inf")))
+
+    exact_logits = OrtVerifier.exact_logits
+
+    def counted(self, hidden):
+        fallbacks.append(hidden.shape[:2])
+        return exact_logits(self, hidden)
+
+    monkeypatch.setattr(OrtVerifier, "verify", certifies_nothing)
+    monkeypatch.setattr(OrtVerifier, "exact_logits", counted)
+    ours = _decode(model, task, sources[:16], backends[True], SETTINGS["k"], batch_size)
+    monkeypatch.undo()
+    theirs = _decode(model, task, sources[:16], backends[False], SETTINGS["k"], batch_size)
+    assert fallbacks
+    assert [t for t, _ in ours] == [t for t, _ in theirs]
+    for (_, a), (_, b) in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_exact_scores_turns_it_off_in_the_hub_and_the_cli(shipped, tmp_path, capsys):
+    from fairseq_plugins.specdec_model import SpecDecTransformerModel
+    from nmt_specdec import translate
+    from tests.helpers.shipped_model import HAND_WRITTEN, MODEL_DIR
+
+    options = dict(checkpoint_file="model.pt", data_name_or_path=str(MODEL_DIR),
+                   bpe="sentencepiece", sentencepiece_model=str(MODEL_DIR / "spm.model"),
+                   spec_decoding=True, spec_k="2", backend="onnxruntime")
+    for exact in (False, True):
+        hub = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), exact_scores=exact,
+                                                      **options)
+        generator = hub.task.build_generator(hub.models, hub.cfg.generation)
+        assert generator.backend.certified is not exact
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()[:4]
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = []
+    for extra in ([], ["--exact-scores"]):
+        status = translate.main(["--checkpoint", str(MODEL_DIR / "model.pt"), "--data",
+                                 str(MODEL_DIR), "--spm-model", str(MODEL_DIR / "spm.model"),
+                                 "--input", str(source), "--spec-decoding", "--backend",
+                                 "onnxruntime", *extra])
+        assert status == 0
+        outputs.append(capsys.readouterr().out.splitlines())
+    assert outputs[0] == outputs[1] and len(outputs[0]) == len(lines)
