@@ -80,15 +80,18 @@ def hand_written_sources(task, count: int = 40) -> List[torch.Tensor]:
                                                add_if_not_exist=False) for line in lines]
 
 
-def decode_all(generator, model, task, sources, batch_size: int) -> List[List[int]]:
-    """Decode encoded ``sources`` in batches of ``batch_size``; token lists in input order."""
+def decode_all(generator, model, task, sources, batch_size: int,
+               scores: bool = False) -> list:
+    """Decode encoded ``sources`` in batches of ``batch_size``; token lists in input
+    order (``scores``: ``(tokens, positional scores)`` pairs)."""
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     outputs = {}
     for start in range(0, len(sources), batch_size):
         batch = dataset.collater([dataset[i] for i in range(start, min(start + batch_size,
                                                                        len(sources)))])
         for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
-            outputs[i] = hyps[0]["tokens"].tolist()
+            tokens = hyps[0]["tokens"].tolist()
+            outputs[i] = (tokens, hyps[0]["positional_scores"]) if scores else tokens
     return [outputs[i] for i in range(len(sources))]
 
 

@@ -17,7 +17,12 @@ import argparse
 import pytest
 import torch
 
-from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_model
+from tests.helpers.shipped_model import (
+    SETTINGS,
+    decode_all,
+    hand_written_sources,
+    load_model,
+)
 
 pytest.importorskip("onnxruntime")
 
@@ -46,14 +51,7 @@ def _decode(model, task, sources, backend, k: int, batch_size: int):
         argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
     generator = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules,
                                  backend=backend)
-    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
-    out = {}
-    for start in range(0, len(sources), batch_size):
-        batch = dataset.collater([dataset[i] for i in range(start, min(start + batch_size,
-                                                                       len(sources)))])
-        for i, hyps in zip(batch["id"].tolist(), generator.generate([model], batch)):
-            out[i] = (hyps[0]["tokens"].tolist(), hyps[0]["positional_scores"])
-    return [out[i] for i in range(len(sources))]
+    return decode_all(generator, model, task, sources, batch_size, scores=True)
 
 
 def _teacher_forced_calls(model, task, sources, backend):
@@ -157,6 +155,10 @@ def test_exact_scores_turns_it_off_in_the_hub_and_the_cli(shipped, tmp_path, cap
                                                       **options)
         generator = hub.task.build_generator(hub.models, hub.cfg.generation)
         assert generator.backend.certified is not exact
+    # beta > 1 reads every token within tau of the best: the fp32 projection.
+    hub = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), spec_beta=3, spec_tau=1.0,
+                                                  **options)
+    assert not hub.task.build_generator(hub.models, hub.cfg.generation).backend.certified
     lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()[:4]
     source = tmp_path / "in.de"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
