@@ -196,8 +196,8 @@ class SpecDecGenerator(nn.Module):
             trace.append((k, num_accepted, commit.counts, commit.finished))
             # The one host synchronisation of the iteration.
             pulled = [rows.lengths.max().view(1), commit.finished.long()]
-            if self.k_policy.wants_counts:
-                pulled.append(num_accepted)
+            if self.k_policy.wants_counts:  # drafts committed (none past an EOS)
+                pulled.append(commit.counts - 1)
             flags = torch.cat(pulled).tolist()
             longest, turn = flags[0], turn + 1
             self.stats.k_chosen[k] = self.stats.k_chosen.get(k, 0) + 1

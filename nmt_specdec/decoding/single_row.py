@@ -137,7 +137,8 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
         states = verified.hidden[:, final]
         turns.append((k, num_accepted, count, finished))
         gen.stats.k_chosen[k] = gen.stats.k_chosen.get(k, 0) + 1
-        gen.k_policy.observe([num_accepted] if gen.k_policy.wants_counts else [], k,
+        # Drafts committed, none past an EOS: what drafting K bought this sentence.
+        gen.k_policy.observe([count - 1] if gen.k_policy.wants_counts else [], k,
                              time.perf_counter() - started)
         if finished:
             break

@@ -167,3 +167,13 @@ def test_auto_k_decodes_a_batch_greedily_until_drafting_has_proved_faster():
     assert policy.choose(4, 32) == 0
     policy.start_batch(1)  # a single row is always decided per iteration
     assert policy.choose(4, 1) > 0
+
+
+def test_retries_back_off_while_the_best_k_stands():
+    # Drafting never pays: retries are all the drafting auto does, and each one that
+    # confirms greedy doubles the wait (40, 80, 160, ... 640): 6 in 2000 iterations.
+    policy = AutoK(4, cost=lambda k, batch: 1.0 + k)
+    chosen = run_policy(policy, accept=lambda k: 0, limit=4, turns=2000)
+    retries = [turn for turn, k in enumerate(chosen) if k != 0]
+    assert 4 <= len(retries) <= 8
+    assert retries[1] - retries[0] < retries[-1] - retries[-2]
