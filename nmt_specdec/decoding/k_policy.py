@@ -184,15 +184,15 @@ class CostTable:
 
     def __call__(self, k: int, batch: int) -> Optional[float]:
         """Estimated seconds of an iteration with K=k; None until measured."""
-        return self.estimates(k, self.bucket(batch))[k]
+        return self._estimate(k, self.bucket(batch))
 
     def estimates(self, limit: int, bucket: int) -> List[Optional[float]]:
-        """:meth:`__call__` for K = 0..limit at once (once per iteration: ~10 us less)."""
-        out: List[Optional[float]] = []
-        for k in range(limit + 1):
-            recent = self.recent.get((k, bucket))
-            out.append(min(recent) if recent and len(recent) >= self.min_count else None)
-        return out
+        """:meth:`__call__` for K = 0..limit of one bucket (the bucket found once)."""
+        return [self._estimate(k, bucket) for k in range(limit + 1)]
+
+    def _estimate(self, k: int, bucket: int) -> Optional[float]:
+        recent = self.recent.get((k, bucket))
+        return min(recent) if recent and len(recent) >= self.min_count else None
 
 
 class AutoK(KPolicy):

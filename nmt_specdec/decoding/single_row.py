@@ -107,14 +107,15 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
             steps = (start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
                      if constrained else None)
             _constrain(logits, flat, steps, max_len, rules, checks)
-            if verified.bound is not None and not certain(
-                    flat.max(-1), verified.bound[0].numpy(), margin):
+            best = None if verified.bound is None else flat.max(-1)  # (N,), reused below
+            if best is not None and not certain(best, verified.bound[0].numpy(), margin):
                 # An 8-bit score may matter here: this call's scores again, in fp32.
                 logits.copy_(verifier.exact_logits(verified.hidden))
                 lse = normaliser(logits)
                 _constrain(logits, flat, steps, max_len, rules, checks)
+                best = None
             decided = (greedy_accept(flat, logits, tokens[0].tolist(), k,
-                                     candidates if tree is not None else 1)
+                                     candidates if tree is not None else 1, best)
                        if options.beta == 1 else _accept(logits, tokens, k, tree, options))
         num_accepted, correction, leaf_taken, path, proposed = decided
         if leaf_taken:
@@ -159,7 +160,8 @@ def _constrain(logits: Tensor, flat: np.ndarray, steps: Optional[Tensor], max_le
 
 
 def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: int,
-                  width: int) -> Tuple[int, int, bool, List[int], List[int]]:
+                  width: int, best: Optional[np.ndarray] = None
+                  ) -> Tuple[int, int, bool, List[int], List[int]]:
     """beta = 1 for one row, in numpy: what :func:`~.draft_tree.resolve_tree` (and,
     for a chain, :func:`~.acceptance.drafts_pass` with the ``topk`` correction)
     decide, without a tensor op on the common path.
@@ -174,12 +176,13 @@ def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: in
         logits: (1, N, V) the same scores as a tensor (for ties).
         inputs: the N verified inputs (last committed token, then the drafts).
         depth, width: K and C (1: a chain).
+        best: ``flat.max(1)`` when the caller has it already.
 
     Returns:
         ``(accepted drafts, correction, leaf taken, path (K+1), drafts of the path (K))``.
     """
     parents = list(parent_list(depth, width))  # node j+1's parent input
-    best = flat.max(axis=1)  # (N,)
+    best = flat.max(axis=1) if best is None else best  # (N,)
     drafted = flat[parents, inputs[1:]]
     passes = (drafted >= best[parents]) & np.isfinite(drafted)
     decided = walk_row(passes.tolist() + flat.argmax(axis=1).tolist() + inputs,

@@ -139,17 +139,15 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
         # The encoder runs once per batch: not worth the accuracy.
         quantized = ([name for name in files if name != ENCODER] if int8 else
                      [DRAFT] if int8_draft and DRAFT in files else [])
-        if quantized:
+        if quantized or certified:
             from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
 
             for name in quantized:
                 quantize_graph(building / name)
             if int8_draft and FUSED in files:  # its draft head as the draft graph's
                 quantize_graph(building / FUSED, only_under="/draft/")
-        if certified:
-            from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
-
-            quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
+            if certified:  # the verifier's output projection alone
+                quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
