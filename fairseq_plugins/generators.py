@@ -10,7 +10,12 @@ import logging
 
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.loop import SpecDecGenerator
-from nmt_specdec.decoding.options import LengthRules, SpecDecOptions, parse_spec_k
+from nmt_specdec.decoding.options import (
+    VERIFIER_DRAFTER_K,
+    LengthRules,
+    SpecDecOptions,
+    parse_spec_k,
+)
 from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
 
@@ -41,21 +46,26 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
         raise UserError("--spec-decoding decodes with one model, not an ensemble")
     model = models[0]
     has_head = hasattr(model, "draft_head")
+    drafter = getattr(cfg, "spec_drafter", "head")
     k, auto = parse_spec_k(cfg.spec_k)
     if k is None:  # default, or the upper bound of auto
-        k = model.draft_block_size if has_head else -1
-    if k != 0 and not has_head:
+        if drafter == "verifier-int8":
+            k = VERIFIER_DRAFTER_K
+        else:
+            k = model.draft_block_size if has_head else -1
+    if k != 0 and not has_head and drafter == "head":
         raise UserError(
             "--spec-decoding needs a checkpoint with a draft head; train one with --arch "
             "specdec_transformer_* (or add one to this model with nmt-specdec-add-draft-head); "
-            "--spec-k 0 decodes greedily with the lean engine"
+            "--spec-drafter verifier-int8 drafts without one; --spec-k 0 decodes greedily "
+            "with the lean engine"
         )
     if getattr(args, "beam", 1) != 1:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
     options = SpecDecOptions(k=k, beta=cfg.spec_beta, tau=cfg.spec_tau,
                              deterministic=cfg.deterministic, auto_k=auto and k > 0,
-                             candidates=cfg.spec_candidates)
+                             candidates=cfg.spec_candidates, drafter=drafter)
     # beta > 1 reads every token within tau of the best: an 8-bit projection certifies
     # that for few positions (22% of calls redone at tau=2), so it takes the fp32 one.
     exact = getattr(cfg, "exact_scores", False) or cfg.spec_beta > 1

@@ -59,11 +59,12 @@ class SpecDecTransformerModel(TransformerModel):
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt",
                         data_name_or_path=".", **kwargs):
         """fairseq's hub loader, plus ``backend=``/``int8=``/``fused_draft=``/
-        ``exact_scores=``/``spec_candidates=``: fairseq
+        ``exact_scores=``/``spec_candidates=``/``spec_drafter=``: fairseq
         applies keyword overrides only to options the checkpoint saved, and checkpoints
         older than these options lack them, so they are set on the task after loading."""
         late = {name: kwargs.pop(name) for name in ("backend", "int8", "fused_draft",
-                                                    "exact_scores", "spec_candidates")
+                                                    "exact_scores", "spec_candidates",
+                                                    "spec_drafter")
                 if name in kwargs}
         hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
                                       **kwargs)

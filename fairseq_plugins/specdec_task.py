@@ -59,6 +59,13 @@ class TranslationSpecDecConfig(TranslationConfig):
                           "candidates per depth as leaves, all in one verify pass (a tree "
                           "attention mask); 1 = the chain alone. Output unchanged at beta=1"},
     )
+    spec_drafter: str = field(
+        default="head",
+        metadata={"help": "what drafts: head (the model's draft head) or verifier-int8 (the "
+                          "verifier's own 8-bit copy, token by token: no draft head needed, "
+                          "near-oracle acceptance; --backend onnxruntime, fp32). Output "
+                          "unchanged at beta=1"},
+    )
     backend: str = field(
         default=DEFAULT_BACKEND,
         metadata={"help": f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "

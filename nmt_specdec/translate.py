@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
-from nmt_specdec.decoding.options import parse_spec_k
+from nmt_specdec.decoding.options import DRAFTERS, VERIFIER_DRAFTER_K, parse_spec_k
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
     SENTENCE_END,
@@ -90,6 +90,7 @@ class TranslateConfig:
     spec_beta: int = 1
     spec_tau: float = 0.0
     spec_candidates: int = 1
+    spec_drafter: str = "head"
     backend: str = DEFAULT_BACKEND
     int8: bool = False
     fused_draft: bool = False
@@ -202,19 +203,44 @@ def _load_model(cfg: TranslateConfig):
             f"{cfg.checkpoint} needs a task or architecture that is not "
             f"registered ({err}); is it a fairseq translation checkpoint?"
         ) from None
+    if cfg.spec_decoding and not hasattr(task.cfg, "spec_decoding"):
+        task = _as_specdec_task(task)
     return models[0], task
 
 
+def _as_specdec_task(task):
+    """A stock ``translation`` task's settings and dictionaries under the
+    ``translation_specdec`` task, whose generator decodes with the engine (a
+    stock transformer: ``--spec-k 0``, or ``--spec-drafter verifier-int8``)."""
+    import dataclasses
+
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_plugins.specdec_task import TranslationSpecDecConfig, TranslationSpecDecTask
+
+    if not isinstance(task, TranslationTask):
+        return task  # refused by _check_specdec
+    names = {f.name for f in dataclasses.fields(TranslationSpecDecConfig)}
+    settings = {name: getattr(task.cfg, name) for name in names
+                if name != "_name" and name in task.cfg}
+    return TranslationSpecDecTask(TranslationSpecDecConfig(**settings), task.src_dict,
+                                  task.tgt_dict)
+
+
 def _check_specdec(cfg: TranslateConfig, task, model) -> None:
-    if not hasattr(task.cfg, "spec_decoding") or not hasattr(model, "draft_head"):
+    head = hasattr(model, "draft_head")
+    k = parse_spec_k(cfg.spec_k)[0]
+    if not hasattr(task.cfg, "spec_decoding") or not (head or cfg.spec_drafter != "head"
+                                                      or k == 0):
         raise UserError(
             "--spec-decoding needs a checkpoint with a draft head, and "
             f"{cfg.checkpoint} "
             "has none; train one with --task translation_specdec --arch "
-            "specdec_transformer_* (or decode this one without --spec-decoding)"
+            "specdec_transformer_* (or pass --spec-drafter verifier-int8 or --spec-k 0, "
+            "or decode without --spec-decoding)"
         )
-    k = parse_spec_k(cfg.spec_k)[0]
-    k = model.draft_block_size if k is None else k
+    if k is None:
+        k = model.draft_block_size if cfg.spec_drafter == "head" else VERIFIER_DRAFTER_K
     if k >= model.max_decoder_positions():
         raise UserError(
             f"--spec-k {k} must be below the model's "
@@ -248,6 +274,7 @@ def _build_generator(cfg: TranslateConfig, task, model):
         task.cfg.spec_decoding = cfg.spec_decoding
         task.cfg.spec_k, task.cfg.spec_beta = cfg.spec_k, cfg.spec_beta
         task.cfg.spec_tau, task.cfg.spec_candidates = cfg.spec_tau, cfg.spec_candidates
+        task.cfg.spec_drafter = cfg.spec_drafter
         task.cfg.backend, task.cfg.int8 = cfg.backend, cfg.int8
         task.cfg.fused_draft, task.cfg.exact_scores = cfg.fused_draft, cfg.exact_scores
     return task.build_generator([model], gen)
@@ -418,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--spec-candidates", type=int, default=1,
         help="drafts verified per slot: the top-1 chain plus C-1 leaves per depth (1 = chain)")
+    add("--spec-drafter", default="head", choices=DRAFTERS,
+        help="what drafts: the model's draft head, or the verifier's own 8-bit copy token by "
+        "token (no head needed; onnxruntime fp32; same output at beta=1)")
     add("--backend", default=DEFAULT_BACKEND, choices=BACKENDS,
         help="who runs the SpecDec model calls (onnxruntime: CPU graphs exported once "
         "per checkpoint and cached)")

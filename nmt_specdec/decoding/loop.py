@@ -85,12 +85,12 @@ class SpecDecGenerator(nn.Module):
     """Draft-and-verify translation with one fairseq model (K=0: greedy).
 
     Args:
-        model: a fairseq encoder-decoder; a ``draft_head`` is needed when K > 0
-            and no ``drafter`` is given.
+        model: a fairseq encoder-decoder; a ``draft_head`` is needed when K > 0,
+            no ``drafter`` is given and ``options.drafter`` is ``head``.
         tgt_dict: target dictionary (special ids come from here).
         options: k, beta, tau.
         lengths: fairseq length rules.
-        drafter: what proposes drafts (default: the model's draft head).
+        drafter: what proposes drafts (default: as ``options.drafter`` says).
         backend: who runs the model calls (default: eager torch on the model).
     """
 
@@ -107,9 +107,13 @@ class SpecDecGenerator(nn.Module):
                                  lengths.unk_penalty)
         self.backend = backend or make_backend("torch", model, tgt_dict)
         if drafter is None and options.k > 0:
-            if not hasattr(model, "draft_head"):
-                raise UserError("--spec-k > 0 needs a model with a draft head")
-            drafter = self.backend.drafter(self.pad)
+            if options.drafter == "verifier-int8":
+                drafter = self.backend.copy_drafter(self.pad)
+            elif not hasattr(model, "draft_head"):
+                raise UserError("--spec-k > 0 needs a model with a draft head (or "
+                                "--spec-drafter verifier-int8)")
+            else:
+                drafter = self.backend.drafter(self.pad)
         self.drafter = drafter or Drafter()
         self.k_policy: KPolicy = make_k_policy(options)
         self.stats = SpecDecStats()

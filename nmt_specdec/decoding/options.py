@@ -11,6 +11,13 @@ from torch import Tensor
 from nmt_specdec.errors import UserError
 
 
+# --spec-drafter: the model's draft head, or the verifier's 8-bit copy.
+DRAFTERS = ("head", "verifier-int8")
+# --spec-k's default with --spec-drafter verifier-int8 (the fastest K on the
+# gettext test sentences, README "Drafting with the verifier's 8-bit copy").
+VERIFIER_DRAFTER_K = 3
+
+
 @dataclass(frozen=True)
 class SpecDecOptions:
     """Decoding options (Xia et al.'s k, beta, tau).
@@ -23,6 +30,10 @@ class SpecDecOptions:
         auto_k: choose K per iteration (up to ``k``) from acceptance and pass costs.
         candidates: drafts verified per slot: the top-1 chain plus C-1 leaves per
             depth (see :mod:`nmt_specdec.decoding.draft_tree`); 1 = a chain.
+        drafter: what proposes the drafts (``--spec-drafter``, :data:`DRAFTERS`):
+            ``head``, the model's NAR draft head, or ``verifier-int8``, the
+            verifier's own 8-bit copy, token by token
+            (:mod:`nmt_specdec.decoding.verifier_drafter`).
     """
 
     k: int
@@ -31,6 +42,7 @@ class SpecDecOptions:
     deterministic: bool = False
     auto_k: bool = False
     candidates: int = 1
+    drafter: str = "head"
 
     def __post_init__(self):
         if self.k < 0:
@@ -43,6 +55,12 @@ class SpecDecOptions:
             raise UserError(f"--spec-candidates must be >= 1, got {self.candidates}")
         if self.candidates > 1 and self.deterministic:
             raise UserError("--spec-candidates > 1 does not combine with --deterministic")
+        if self.drafter not in DRAFTERS:
+            raise UserError(f"--spec-drafter must be one of {', '.join(DRAFTERS)}, "
+                            f"got {self.drafter!r}")
+        if self.candidates > 1 and self.drafter != "head":
+            raise UserError(f"--spec-candidates > 1 needs the draft head (--spec-drafter "
+                            f"{self.drafter} proposes one token per slot)")
 
 
 def parse_spec_k(value) -> Tuple[Optional[int], bool]:

@@ -18,6 +18,7 @@ import sys
 from typing import List, Optional
 
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
+from nmt_specdec.decoding.options import DRAFTERS
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
 from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, run
@@ -147,6 +148,15 @@ def _add_decoding_args(group) -> None:
         default=[1],
         help="drafts verified per slot for K > 0 (--spec-candidates: the top-1 chain plus "
         "C-1 leaves per depth; 1 = the chain)",
+    )
+    group.add_argument(
+        "--drafters",
+        nargs="+",
+        choices=DRAFTERS,
+        default=["head"],
+        help="who drafts the SpecDec rows with K > 0: the head's rows always run, and "
+        "verifier-int8 (the verifier's own 8-bit copy) adds each onnxruntime fp32 chain "
+        "row drafted by it",
     )
     group.add_argument(
         "--backend",

@@ -46,6 +46,8 @@ class EvalConfig:
         int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
         fused_draft: also run the onnxruntime SpecDec rows (K > 0) with the draft
             head inside the verify call.
+        drafters: who drafts the SpecDec rows with K > 0 (``--spec-drafter``);
+            ``verifier-int8`` rows run on fp32 onnxruntime only.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier.
         batch_sizes: sentences per batch; each configuration runs at each size.
         repeats: timed passes per configuration and batch size (median and min-max
@@ -86,6 +88,7 @@ class EvalConfig:
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
     int8: bool = False
     fused_draft: bool = False
+    drafters: Tuple[str, ...] = ("head",)
     ct2: bool = False
     batch_sizes: Tuple[int, ...] = (1, 32)
     repeats: int = 5
@@ -115,6 +118,7 @@ class DecoderSpec:
         int8: 8-bit weights (SpecDec on onnxruntime; CTranslate2's int8).
         fused_draft: drafts from the verify call (onnxruntime, K > 0).
         candidates: drafts verified per slot (``--spec-candidates``; 1 = a chain).
+        drafter: who drafts (``--spec-drafter``).
     """
 
     kind: str
@@ -127,6 +131,7 @@ class DecoderSpec:
     int8: bool = False
     fused_draft: bool = False
     candidates: int = 1
+    drafter: str = "head"
 
     @property
     def name(self) -> str:
@@ -146,7 +151,8 @@ class DecoderSpec:
         tau = "" if self.beta == 1 else f" τ={self.tau:g}"
         k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
         tree = f" C={self.candidates}" if self.candidates > 1 else ""
-        return f"SpecDec {k}{tree} β={self.beta}{tau}{runtime}"
+        drafter = "" if self.drafter == "head" else f" drafter={self.drafter}"
+        return f"SpecDec {k}{tree} β={self.beta}{tau}{drafter}{runtime}"
 
     @property
     def role(self) -> str:
@@ -197,6 +203,10 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                           for spec in _specdec_grid(cfg, default_k)
                           # K=0 drafts nothing
                           if not (fused and spec.k == 0)]
+                if ort and not int8 and not fused and "verifier-int8" in cfg.drafters:
+                    specs += [dataclasses.replace(spec, backend=backend, drafter="verifier-int8")
+                              for spec in _specdec_grid(cfg, default_k)
+                              if spec.k and spec.candidates == 1]
     return specs
 
 
@@ -235,6 +245,8 @@ def validate(cfg: EvalConfig) -> None:
     for flag, value in (("--int8", cfg.int8), ("--fused-draft", cfg.fused_draft)):
         if value and not onnx & set(cfg.backends):
             raise UserError(f"{flag} needs onnxruntime among --backend")
+    if "verifier-int8" in cfg.drafters and not onnx & set(cfg.backends):
+        raise UserError("--drafters verifier-int8 needs onnxruntime among --backend")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)

@@ -112,7 +112,7 @@ def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
     if spec.kind == "specdec":
         options.update(spec_k=spec.spec_k, spec_beta=spec.beta, spec_tau=spec.tau,
                        backend=spec.backend, int8=spec.int8, fused_draft=spec.fused_draft,
-                       spec_candidates=spec.candidates)
+                       spec_candidates=spec.candidates, spec_drafter=spec.drafter)
     with _task_options(task.cfg, options):
         generator = task.build_generator([model], gen)
     generator.eval()

@@ -101,6 +101,7 @@ def make_row(
         "backend": run.spec.backend if run.spec.kind == "specdec" else None,
         "int8": run.spec.int8,
         "fused_draft": run.spec.fused_draft,
+        "drafter": run.spec.drafter,
         "beam": run.spec.beam,
         "k": run.spec.k,
         "auto_k": run.spec.auto,

@@ -8,7 +8,8 @@ cache bookkeeping are shared by every backend. A backend only runs the model:
 - ``verifier().verify``: N new inputs per row against the self-attention cache
   and the encoder memory -> (B, N, C) states and (B, N, V) logits; the new
   keys/values land in the shared :class:`~nmt_specdec.decoding.cache.StaticKVCache`;
-- ``drafter``: the NAR draft head as a :class:`~nmt_specdec.decoding.drafters.Drafter`.
+- ``drafter``: the NAR draft head as a :class:`~nmt_specdec.decoding.drafters.Drafter`;
+  ``copy_drafter`` (optional): a cheaper copy of the verifier as one.
 
 ``calls`` counts the runtime calls each makes (one per pass), so that the
 iteration-cost benchmark can report calls per iteration.
@@ -24,6 +25,7 @@ from typing import Any, NamedTuple, Optional
 from torch import Tensor
 
 from nmt_specdec.decoding.cache import StaticKVCache
+from nmt_specdec.errors import UserError
 
 
 class Verified(NamedTuple):
@@ -122,3 +124,10 @@ class Backend:
     def drafter(self, pad: int):
         """A :class:`~nmt_specdec.decoding.drafters.Drafter` running the model's draft head."""
         raise NotImplementedError
+
+    def copy_drafter(self, pad: int):
+        """A :class:`~nmt_specdec.decoding.drafters.Drafter` running a cheaper copy of
+        the verifier (``--spec-drafter verifier-int8``, see
+        :mod:`nmt_specdec.decoding.verifier_drafter`)."""
+        raise UserError(f"--spec-drafter verifier-int8 needs --backend onnxruntime "
+                        f"(this is {self.name})")

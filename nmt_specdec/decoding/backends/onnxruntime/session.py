@@ -33,6 +33,7 @@ from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
 from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.draft_tree import parent_index
+from nmt_specdec.decoding.verifier_drafter import VerifierDrafter
 from nmt_specdec.errors import UserError
 
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)
@@ -311,6 +312,7 @@ class OrtBackend(Backend):
         self.certified = (certified and not int8 and
                           model.decoder.output_projection.out_features > 4 * CANDIDATES)
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
+        self._int8_copy: Optional["OrtBackend"] = None  # --spec-drafter verifier-int8
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -366,6 +368,23 @@ class OrtBackend(Backend):
     def verifier(self) -> OrtVerifier:
         # Freshness is checked once per batch, in encode (it walks every parameter).
         return self._verifier
+
+    def copy_drafter(self, pad: int) -> VerifierDrafter:
+        """The 8-bit verifier graph drafting for this fp32 one (its own sessions;
+        the export is cached like this backend's)."""
+        if self.int8:
+            raise UserError("--spec-drafter verifier-int8 drafts for the fp32 verifier; "
+                            "with --int8 the verifier is that copy itself")
+        if self._int8_copy is None:
+            self._int8_copy = OrtBackend(self.model, self.pad, self.eos, int8=True,
+                                         threads=self.threads)
+        copy = self._int8_copy
+
+        def verifier() -> VerifierCalls:
+            copy._fresh()  # re-exported with this backend when the weights change
+            return copy.verifier()
+
+        return VerifierDrafter(verifier, pad)
 
     def drafter(self, pad: int) -> OrtDrafter:
         if self.draft_session is None:
