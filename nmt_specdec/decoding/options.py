@@ -15,7 +15,7 @@ from nmt_specdec.errors import UserError
 DRAFTERS = ("head", "verifier-int8")
 # --spec-k's default with --spec-drafter verifier-int8 (the fastest K on the
 # gettext test sentences, README "Drafting with the verifier's 8-bit copy").
-VERIFIER_DRAFTER_K = 3
+VERIFIER_DRAFTER_K = 4
 
 
 @dataclass(frozen=True)
