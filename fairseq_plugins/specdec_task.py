@@ -25,7 +25,7 @@ from fairseq_plugins.draft_target_dataset import DraftTargetDataset
 from fairseq_plugins.generators import build_decoder
 from fairseq_plugins.generation_stats import log_stats_at_exit
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
-from nmt_specdec.decoding.options import parse_spec_k
+from nmt_specdec.decoding.options import DRAFTERS, parse_spec_k
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -210,6 +210,9 @@ def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
     if cfg.spec_beta < 1:
         raise UserError(f"--spec-beta must be >= 1, got {cfg.spec_beta}")
     check_backend(cfg.backend, cfg.int8, cfg.fused_draft)
+    if cfg.spec_drafter not in DRAFTERS:
+        raise UserError(f"--spec-drafter must be one of {', '.join(DRAFTERS)}, "
+                        f"got {cfg.spec_drafter!r}")
     if cfg.deterministic_window < 1:
         raise UserError(f"--deterministic-window must be >= 1, got {cfg.deterministic_window}")
     if cfg.spec_tau < 0:

@@ -105,3 +105,25 @@ def test_stock_transformer_drafts_with_its_int8_copy(toy_data_bin, tiny_transfor
     greedy = hypotheses(run_cli("generate", [*common, "--spec-k", "0"]).stdout)
     drafted = run_cli("generate", [*common, "--spec-drafter", "verifier-int8"])
     assert hypotheses(drafted.stdout) == greedy and len(greedy) > 5
+
+
+def test_translate_takes_a_stock_checkpoint_under_the_specdec_task(toy_data_bin,
+                                                                   tiny_transformer_ckpt):
+    """nmt-specdec-translate --spec-decoding loads a stock ``translation`` checkpoint
+    under ``translation_specdec`` (same settings and dictionaries), which builds the
+    engine's generator for it."""
+    from fairseq_plugins.specdec_task import TranslationSpecDecTask
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.translate import TranslateConfig, _build_generator, _load_model
+
+    common = dict(checkpoint=str(tiny_transformer_ckpt), spm_model=__file__,
+                  data=str(toy_data_bin))
+    _, stock_task = _load_model(TranslateConfig(**common))
+    assert not isinstance(stock_task, TranslationSpecDecTask)  # without --spec-decoding
+    cfg = TranslateConfig(**common, spec_decoding=True, spec_k="0")
+    model, task = _load_model(cfg)
+    assert isinstance(task, TranslationSpecDecTask)
+    assert (task.cfg.source_lang, task.cfg.target_lang) == ("src", "tgt")
+    assert task.src_dict.symbols == stock_task.src_dict.symbols
+    assert task.tgt_dict.symbols == stock_task.tgt_dict.symbols
+    assert isinstance(_build_generator(cfg, task, model), SpecDecGenerator)
