@@ -1,0 +1,398 @@
+"""What the engine's host loop costs: greedy and SpecDec decoding as one ONNX ``Loop``.
+
+The engine decides every iteration on the host: its runtime calls, then
+acceptance, constraints and bookkeeping in Python (~0.25 ms a greedy step at
+batch 1 on ONNX Runtime, beside a ~0.73 ms verify call). This probe puts a
+sentence's whole decode into one runtime call: an ONNX ``Loop`` whose body
+inlines the exported graphs and does the host's work in-graph.
+
+- Greedy: the fp32 verify graph (certified 8-bit projection) for one position,
+  then the engine's constraints (never pad; no EOS before ``min_len``; only EOS
+  from ``max_len`` on), an ``If`` that recomputes the logits in fp32 where the
+  bound does not certify the step, and the argmax.
+- SpecDec (β=1, a chain of K drafts from the head): the verify graph for the
+  last token and the K drafts, the same constraints and certification for all
+  K+1 positions, the accepted run (leading drafts equal to the argmax), the
+  correction, the cut after an EOS, and the draft graph for the next block from
+  the state that predicted the correction. The first block is drafted outside.
+
+The past keys and values grow by ``Concat`` as loop state (only the accepted
+positions' are kept). It prints the time per token of the engine's decoders and
+of the loops on the same sentences (interleaved, fastest of the repeats), with
+how many outputs equal the engine's greedy.
+
+It is a probe, not a decoder: batch 1, no ``--unkpen``, and a tie for the best
+logit is decided by ``ArgMax`` (the first index) where the engine has its own
+tie order.
+
+Shapes: K draft slots, N = K + 1 verified positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from nmt_specdec.errors import UserError
+
+
+class _Body:
+    """Nodes, constants and initializers of a loop body under construction."""
+
+    def __init__(self, outer: set):
+        self.outer = outer  # names read from the main graph (source memory)
+        self.constants: List = []
+        self.nodes: List = []
+        self.initializers: List = []
+
+    def const(self, name: str, value) -> str:
+        from onnx import helper, numpy_helper
+
+        self.constants.append(helper.make_node(
+            "Constant", [], [name], value=numpy_helper.from_array(np.asarray(value), name)))
+        return name
+
+    def node(self, op: str, inputs: List[str], output, **attrs):
+        from onnx import helper
+
+        outputs = [output] if isinstance(output, str) else output
+        self.nodes.append(helper.make_node(op, inputs, outputs, **attrs))
+        return output
+
+    def inline(self, model, prefix: str, bind: Dict[str, str]) -> None:
+        """Copies ``model``'s graph in, its names prefixed; ``bind``: its inputs."""
+        for tensor in model.graph.initializer:
+            renamed = copy.deepcopy(tensor)
+            renamed.name = prefix + tensor.name
+            self.initializers.append(renamed)
+        for name, source in bind.items():
+            self.node("Identity", [source], prefix + name)
+        for original in model.graph.node:
+            copied = copy.deepcopy(original)
+            copied.name = prefix + copied.name if copied.name else ""
+            for names in (copied.input, copied.output):
+                renamed = [n if n == "" or n in self.outer else prefix + n for n in names]
+                del names[:]
+                names.extend(renamed)
+            self.nodes.append(copied)
+
+    def decide(self, prefix: str, steps: str, vocab: int, pad: int, eos: int):
+        """The verify call's constrained, certified scores: ``(scores (N, V), lse (N,),
+        argmax (N,))`` for the output ``steps`` (N,) its positions predict."""
+        from onnx import TensorProto, helper
+
+        pad_mask, no_eos, only_eos = (np.zeros(vocab, np.float32) for _ in range(3))
+        pad_mask[pad], no_eos[eos] = -np.inf, -np.inf
+        only_eos[:] = -np.inf
+        only_eos[eos] = 0
+        zeros, axis1 = self.const("zeros", np.zeros(vocab, np.float32)), self.const("axis1", [1])
+        rules = []
+        for name, test, bound, mask in (("early", "Less", "min_len", no_eos),
+                                        ("late", "GreaterOrEqual", "limit", only_eos)):
+            applies = self.node("Unsqueeze", [self.node(test, [steps, bound], name), axis1],
+                                name + "_rows")
+            rules.append(self.node("Where", [applies, self.const(name + "_v", mask), zeros],
+                                   name + "_mask"))
+        mask = self.node("Add", [self.node("Add", rules, "length_mask"),
+                                 self.const("pad_mask", pad_mask)], "mask")  # (N, V)
+        batch = self.const("batch_axis", [0])
+        scores = self.node("Add", [self.node("Squeeze", [prefix + "logits", batch], "raw"), mask],
+                           "constrained")
+        best = self.node("ReduceMax", [scores], "best", axes=[1], keepdims=0)
+        above = self.node("Cast", [self.node("Greater", [best, self.node(
+            "Squeeze", [prefix + "bound", batch], "bound")], "above")], "above_f",
+            to=TensorProto.FLOAT)
+        certain = self.node("Cast", [self.node("ReduceMin", [above], "all_above", keepdims=0)],
+                            "certain", to=TensorProto.BOOL)
+        lse = self.node("Squeeze", [prefix + "normaliser", batch], "lse")
+        out = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+               for n in ("scores_out", "lse_out")]
+        kept = helper.make_graph([helper.make_node("Identity", [scores], ["scores_out"]),
+                                  helper.make_node("Identity", [lse], ["lse_out"])],
+                                 "kept", [], out)
+        exact = helper.make_graph([
+            helper.make_node("Squeeze", [prefix + "hidden", batch], ["exact_states"]),
+            helper.make_node("MatMul", ["exact_states", "exact_wt"], ["exact"]),
+            helper.make_node("ReduceLogSumExp", ["exact"], ["lse_out"], axes=[1], keepdims=0),
+            helper.make_node("Add", ["exact", mask], ["scores_out"])], "exact", [], out)
+        self.node("If", [certain], ["scores", "scores_lse"], then_branch=kept,
+                  else_branch=exact)
+        return "scores", "scores_lse", self.node("ArgMax", ["scores"], "argmax", axis=1,
+                                                 keepdims=0)
+
+
+def _outer_inputs(*graphs) -> List:
+    seen, inputs = set(), []
+    for graph in graphs:
+        for i in graph.graph.input:
+            if (i.name == "memory_mask" or i.name.startswith(("cross_", "draft_"))) \
+                    and i.name not in seen:
+                seen.add(i.name)
+                inputs.append(i)
+    return inputs
+
+
+def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: int = 0):
+    """The decoding graph: greedy (``k`` 0) or SpecDec with ``draft`` (the draft
+    graph) and K = ``k`` (see the module docstring). ``verify``: the fp32 certified
+    verify graph; ``exact_wt``: the (C, V) fp32 output projection.
+
+    Inputs: the source memory (``memory_mask``, ``cross_*``, ``draft_*``),
+    ``limit`` (the step from which only EOS may follow), ``min_len``, ``trips``
+    (``limit + 1``), and for SpecDec ``drafts0`` (1, K), the first block.
+    Outputs: ``blocks`` (iterations, K+1) and ``counts`` (iterations, 1): each
+    iteration commits ``blocks[i, :counts[i]]``.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    outer_inputs = _outer_inputs(verify, *([draft] if draft is not None else []))
+    body = _Body({i.name for i in outer_inputs})
+    past = [i for i in verify.graph.input if i.name.startswith("past_")]
+    heads, head_dim = (past[0].type.tensor_type.shape.dim[i].dim_value for i in (1, 3))
+    kv = [1, heads, None, head_dim]
+    new = k + 1
+    node, const = body.node, body.const
+    body_in = [helper.make_tensor_value_info("step", TensorProto.INT64, []),
+               helper.make_tensor_value_info("go", TensorProto.BOOL, []),
+               helper.make_tensor_value_info("last", TensorProto.INT64, [1, 1]),
+               helper.make_tensor_value_info("drafts", TensorProto.INT64, [1, k]),
+               helper.make_tensor_value_info("start", TensorProto.INT64, [1])]
+    body_in += [helper.make_tensor_value_info("in_" + p.name, TensorProto.FLOAT, kv)
+                for p in past]
+    offsets = const("offsets", np.arange(new))
+    body.inline(verify, "v_", {
+        "tokens": node("Concat", ["last", "drafts"], "tokens", axis=1), "start": "start",
+        "offsets": offsets, "ancestors": const("causal", np.tril(np.ones((new, new), bool))),
+        **{p.name: "in_" + p.name for p in past}})
+    scores, lse, best = body.decide("v_", node("Add", ["start", offsets], "steps"),
+                                    exact_wt.shape[1], pad, eos)
+    one, first = const("one", [1]), const("first", [0])
+    # Accepted: the drafts before the first that differs from the argmax.
+    drafted = node("Squeeze", ["drafts", first], "drafted")  # (K,)
+    differs = node("Cast", [node("Not", [node("Equal", [node(
+        "Slice", [best, first, const("k", [k])], "best_k"), drafted], "same")], "differ")],
+        "differs", to=TensorProto.INT64)
+    misses = node("CumSum", [differs, const("axis0", np.array(0))], "misses")
+    accepted = node("Reshape", [node("ReduceSum", [node("Cast", [node(
+        "Equal", [misses, const("none", np.array(0))], "leading")], "leading_n",
+        to=TensorProto.INT64)], "accepted_n", keepdims=0), one], "accepted")  # (1,)
+    correction = node("Gather", [best, accepted], "correction")  # (1,)
+    block = node("Where", [node("Less", [offsets, accepted], "is_draft"),
+                           node("Concat", [drafted, correction], "padded", axis=0),
+                           correction], "block_out")  # (N,): commits block[:accepted+1]
+    taken = node("Add", [accepted, one], "taken")
+    ended = node("And", [node("Equal", [block, const("eos", [eos])], "is_eos"),
+                         node("Less", [offsets, taken], "in_block")], "ended")
+    ended_n = node("Cast", [ended], "ended_n", to=TensorProto.INT64)
+    finished = node("Cast", [node("ReduceMax", [ended_n], "any_n", keepdims=1)], "finished",
+                    to=TensorProto.BOOL)
+    node("Where", [finished, node("Add", [node("ArgMax", [ended_n], "first_eos", axis=0,
+                                                keepdims=1), one], "to_eos"), taken],
+         "count_out")
+    node("Sub", [node("Squeeze", [node("GatherElements", [scores, node(
+        "Unsqueeze", [block, const("last_axis", [1])], "block_col")], "picked", axis=1),
+        "last_axis"], "picked_1"), lse], "scores_out")
+    body_out = [helper.make_tensor_value_info("go_out", TensorProto.BOOL, []),
+                helper.make_tensor_value_info("last_out", TensorProto.INT64, [1, 1]),
+                helper.make_tensor_value_info("drafts_out", TensorProto.INT64, [1, k]),
+                helper.make_tensor_value_info("start_out", TensorProto.INT64, [1])]
+    node("Squeeze", [node("Not", [finished], "going")], "go_out")
+    node("Reshape", [correction, const("one_by_one", [1, 1])], "last_out")
+    node("Add", ["start", taken], "start_out")  # the correction's position
+    for index, p in enumerate(past):
+        kind = "v_new_keys" if index % 2 == 0 else "v_new_values"
+        layer = node("Gather", [kind, const(f"layer_{index}", np.array(index // 2))],
+                     f"new_{p.name}", axis=0)  # (1, H, N, D)
+        kept = node("Slice", [layer, first, taken, const("position_axis", [2])] if index == 0
+                    else [layer, first, taken, "position_axis"], f"kept_{p.name}")
+        node("Concat", ["in_" + p.name, kept], "out_" + p.name, axis=2)
+        body_out.append(helper.make_tensor_value_info("out_" + p.name, TensorProto.FLOAT, kv))
+    if draft is not None:  # the next block, from the state that predicted the correction
+        state = node("Gather", [node("Squeeze", ["v_hidden", first], "states"), accepted],
+                     "state")
+        body.inline(draft, "d_", {
+            "states": state, "last_tokens": correction,
+            "block_positions": node("Unsqueeze", [node("Add", ["start_out", offsets],
+                                                       "positions"), first], "block"),
+            "candidate_slots": const("one_candidate", np.arange(1))})
+        node("Reshape", ["d_drafts", const("drafts_shape", [1, k])], "drafts_out")
+    else:
+        node("Identity", ["drafts"], "drafts_out")
+    body_out += [helper.make_tensor_value_info(n, t, s) for n, t, s in (
+        ("block_out", TensorProto.INT64, [new]), ("count_out", TensorProto.INT64, [1]),
+        ("scores_out", TensorProto.FLOAT, [new]))]
+    step = helper.make_graph(body.constants + body.nodes, "iteration", body_in, body_out)
+    inputs = outer_inputs + [helper.make_tensor_value_info(n, TensorProto.INT64, [])
+                             for n in ("limit", "min_len", "trips")]
+    inputs.append(helper.make_tensor_value_info("drafts0", TensorProto.INT64, [1, k]))
+    start = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(v, name))
+             for name, v in (("go0", np.array(True)), ("bos", np.array([[eos]], np.int64)),
+                             ("start0", np.array([0], np.int64)),
+                             ("no_past", np.zeros((1, heads, 0, head_dim), np.float32)))]
+    loop = helper.make_node("Loop", ["trips", "go0", "bos", "drafts0", "start0"]
+                            + ["no_past"] * len(past),
+                            ["last_final", "drafts_final", "start_final"]
+                            + [f"final_{p.name}" for p in past] + ["blocks", "counts", "scores"],
+                            body=step)
+    main = helper.make_graph(
+        start + [loop], "decode", inputs,
+        [helper.make_tensor_value_info("blocks", TensorProto.INT64, [None, new]),
+         helper.make_tensor_value_info("counts", TensorProto.INT64, [None, 1])],
+        initializer=body.initializers + [numpy_helper.from_array(exact_wt, "exact_wt")])
+    model = helper.make_model(main, opset_imports=list(verify.opset_import))
+    model.ir_version = verify.ir_version
+    return model
+
+
+class LoopDecoder:
+    """Decodes one sentence with a :func:`build_loop` graph (``draft_k`` 0: greedy)."""
+
+    def __init__(self, backend, model, rules, k: int, threads: int):
+        import onnx
+        import onnxruntime
+
+        from nmt_specdec.decoding.backends.onnxruntime.export import DRAFT, VERIFY
+
+        self.backend, self.rules, self.k = backend, rules, k
+        weight = model.decoder.output_projection.weight.detach().numpy()
+        draft = onnx.load(str(backend.directory / DRAFT)) if k else None
+        graph = build_loop(onnx.load(str(backend.directory / VERIFY)),
+                           np.ascontiguousarray(weight.T), backend.pad, backend.eos, draft, k)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self.session = onnxruntime.InferenceSession(graph.SerializeToString(), options,
+                                                    providers=["CPUExecutionProvider"])
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.start_state = (model.draft_head.start_state.detach().view(1, -1) if k else None)
+        self.iterations = 0
+
+    def __call__(self, sample: dict) -> List[int]:
+        from nmt_specdec.decoding.backends.onnxruntime.drafters import candidate_slots
+
+        b = self.backend
+        memory = b.encode(sample["net_input"])
+        limit = int(self.rules.max_lengths(sample["net_input"]["src_tokens"], b.pad)[0])
+        drafts = torch.zeros(1, 1, self.k, dtype=torch.long)
+        if self.k:  # the first block, drafted as the engine drafts it
+            b.draft_session.run([self.start_state, torch.tensor([b.eos]),
+                                 torch.arange(self.k + 1).view(1, -1), memory.mask,
+                                 candidate_slots(1), *memory.draft], [drafts])
+        values = {"memory_mask": memory.mask.numpy(), "limit": np.array(limit),
+                  "min_len": np.array(self.rules.min_len), "trips": np.array(limit + 1),
+                  "drafts0": drafts[0].numpy()}
+        for prefix, tensors in (("cross", memory.cross), ("draft", memory.draft)):
+            for index, tensor in enumerate(tensors):
+                values[f"{prefix}_{'key' if index % 2 == 0 else 'value'}_{index // 2}"] = (
+                    tensor.numpy())
+        blocks, counts = self.session.run(None, {n: values[n] for n in self.names})
+        self.iterations += len(blocks)
+        return [t for block, count in zip(blocks.tolist(), counts[:, 0]) for t in block[:count]]
+
+
+def probe(model, task, sources: List[torch.Tensor], rules, k: int, repeats: int,
+          threads: int) -> List[Dict]:
+    """Rows of the table: the engine's greedy and SpecDec K, and both as loops
+    (``rules``: the :class:`~nmt_specdec.decoding.options.LengthRules`)."""
+    from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.options import SpecDecOptions
+
+    torch.set_num_threads(threads)
+    dictionary = task.target_dictionary
+    backend = make_backend("onnxruntime", model, dictionary)
+    if not backend.certified:
+        raise UserError("the probe needs the certified fp32 verify graph (a vocabulary "
+                        "larger than 64)")
+    engines = {kk: SpecDecGenerator(model, dictionary, SpecDecOptions(k=kk), rules,
+                                    backend=backend) for kk in (0, k)}
+    decoders = {
+        "engine greedy [onnxruntime]": lambda s: engines[0].generate(
+            [model], s)[0][0]["tokens"].tolist(),
+        f"engine SpecDec K={k} [onnxruntime]": lambda s: engines[k].generate(
+            [model], s)[0][0]["tokens"].tolist(),
+        "greedy as one ONNX Loop": LoopDecoder(backend, model, rules, 0, threads),
+        f"SpecDec K={k} as one ONNX Loop": LoopDecoder(backend, model, rules, k, threads)}
+    samples = [{"net_input": {"src_tokens": s.view(1, -1),
+                              "src_lengths": torch.tensor([s.numel()])}} for s in sources]
+    for decode in decoders.values():  # warm-up
+        for sample in samples[:10]:
+            decode(sample)
+    seconds: Dict[str, List[float]] = {name: [] for name in decoders}
+    outputs: Dict[str, List[List[int]]] = {}
+    iterations = {}
+    for _ in range(repeats):
+        for name, decode in decoders.items():
+            before = getattr(decode, "iterations", 0)
+            started = time.perf_counter()
+            outputs[name] = [decode(sample) for sample in samples]
+            seconds[name].append(time.perf_counter() - started)
+            iterations[name] = getattr(decode, "iterations", 0) - before
+    for kk, name in ((0, "engine greedy [onnxruntime]"), (k, f"engine SpecDec K={k} [onnxruntime]")):
+        stats = engines[kk].stats  # every pass, warm-up included: the same ratio
+        iterations[name] = 0
+        if stats.iterations:
+            iterations[name] = stats.iterations * sum(map(len, outputs[name])) / stats.tokens
+    greedy = outputs["engine greedy [onnxruntime]"]
+    tokens = sum(map(len, greedy))
+    base = min(seconds["engine greedy [onnxruntime]"])
+    return [{"decoder": name, "ms_per_token": 1000 * min(times) / tokens,
+             "vs_engine": base / min(times),
+             "tokens_per_iteration": tokens / iterations[name] if iterations[name] else None,
+             "same": sum(a == b for a, b in zip(outputs[name], greedy)),
+             "sentences": len(samples)}
+            for name, times in seconds.items()]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="directory with the dictionaries")
+    p.add_argument("--src-file", required=True, help="raw source sentences, one per line")
+    p.add_argument("--spm-model", required=True)
+    p.add_argument("--max-sentences", type=int, default=200)
+    p.add_argument("--max-len-a", type=float, default=0.0)
+    p.add_argument("--max-len-b", type=int, default=200)
+    p.add_argument("--k", type=int, default=2, help="draft block size of the SpecDec rows")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        import sentencepiece
+        from fairseq import checkpoint_utils
+
+        from nmt_specdec.decoding.options import LengthRules
+
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+            [args.checkpoint], arg_overrides={"data": args.data})
+        model = models[0].eval()
+        if not hasattr(model, "draft_head"):
+            raise UserError(f"{args.checkpoint} has no draft head (the SpecDec rows need one)")
+        spm = sentencepiece.SentencePieceProcessor(model_file=args.spm_model)
+        with open(args.src_file, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()[: args.max_sentences]
+        sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
+                                                      add_if_not_exist=False).long()
+                   for line in lines]
+        rules = LengthRules(max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+                            max_positions=model.max_decoder_positions())
+        rows = probe(model, task, sources, rules, args.k, args.repeats, args.threads)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("| decoder | ms per token | vs engine greedy | tok/iter | same as engine greedy |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        tpi = row["tokens_per_iteration"]
+        print(f"| {row['decoder']} | {row['ms_per_token']:.3f} | {row['vs_engine']:.2f}x | "
+              f"{'n/a' if tpi is None else f'{tpi:.2f}'} | {row['same']}/{row['sentences']} |")
+    return 0
