@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.errors import UserError
+from nmt_specdec.evaluation.probe_inputs import add_test_set_args, load_test_set
 
 NEVER = 1 << 30  # rank of a token the head cannot propose (outside its vocabulary, or pad)
 
@@ -213,16 +214,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--data", required=True, help="directory with the dictionaries")
-    p.add_argument("--src-file", required=True, help="raw source sentences, one per line")
-    p.add_argument("--spm-model", required=True)
-    p.add_argument("--max-sentences", type=int, default=500)
+    add_test_set_args(p)
     p.add_argument("--trees", nargs="+",
                    default=["chain2", "2,1", "2,2", "leaves2x2", "chain4", "2,1,1,1",
                             "3,1,1,1", "2,2,1,1", "leaves2x4", "leaves3x4"])
-    p.add_argument("--max-len-a", type=float, default=1.2)
-    p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", help="also write the report as JSON here")
     args = p.parse_args(argv)
@@ -242,25 +237,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def run(args) -> Dict:
-    import sentencepiece
-    from fairseq import checkpoint_utils
-
-    from nmt_specdec.decoding.options import LengthRules
-
     trees = [parse_tree(spec) for spec in args.trees]
     torch.set_num_threads(args.threads)
-    try:
-        lines = open(args.src_file, encoding="utf-8").read().splitlines()[: args.max_sentences]
-    except OSError as err:
-        raise UserError(f"cannot read --src-file {args.src_file}: {err.strerror}") from None
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [args.checkpoint], arg_overrides={"data": args.data})
-    model = models[0].float().eval()
-    if not hasattr(model, "draft_head"):
-        raise UserError(f"{args.checkpoint} has no draft head")
-    spm = sentencepiece.SentencePieceProcessor(model_file=args.spm_model)
-    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
-                                                  add_if_not_exist=False) for line in lines]
-    rules = LengthRules(max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                        max_positions=model.max_decoder_positions())
-    return simulate(model, task, sources, trees, rules)
+    test = load_test_set(args)
+    return simulate(test.model, test.task, test.sources, trees, test.rules)

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from nmt_specdec.errors import UserError
+from nmt_specdec.evaluation.probe_inputs import add_test_set_args, load_test_set
 
 
 class _Body:
@@ -354,38 +355,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--data", required=True, help="directory with the dictionaries")
-    p.add_argument("--src-file", required=True, help="raw source sentences, one per line")
-    p.add_argument("--spm-model", required=True)
-    p.add_argument("--max-sentences", type=int, default=200)
-    p.add_argument("--max-len-a", type=float, default=0.0)
-    p.add_argument("--max-len-b", type=int, default=200)
+    add_test_set_args(p)
     p.add_argument("--k", type=int, default=2, help="draft block size of the SpecDec rows")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
     try:
-        import sentencepiece
-        from fairseq import checkpoint_utils
-
-        from nmt_specdec.decoding.options import LengthRules
-
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [args.checkpoint], arg_overrides={"data": args.data})
-        model = models[0].eval()
-        if not hasattr(model, "draft_head"):
-            raise UserError(f"{args.checkpoint} has no draft head (the SpecDec rows need one)")
-        spm = sentencepiece.SentencePieceProcessor(model_file=args.spm_model)
-        with open(args.src_file, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()[: args.max_sentences]
-        sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
-                                                      add_if_not_exist=False).long()
-                   for line in lines]
-        rules = LengthRules(max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                            max_positions=model.max_decoder_positions())
-        rows = probe(model, task, sources, rules, args.k, args.repeats, args.threads)
+        test = load_test_set(args)
+        rows = probe(test.model, test.task, test.sources, test.rules, args.k, args.repeats,
+                     args.threads)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
