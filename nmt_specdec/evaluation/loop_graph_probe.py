@@ -67,21 +67,29 @@ class _Body:
         self.nodes.append(helper.make_node(op, inputs, outputs, **attrs))
         return output
 
-    def inline(self, model, prefix: str, bind: Dict[str, str]) -> None:
-        """Copies ``model``'s graph in, its names prefixed; ``bind``: its inputs."""
+    def inline(self, model, prefix: str, bind: Dict[str, str],
+               weights: Optional[str] = None) -> None:
+        """Copies ``model``'s graph in, its names prefixed; ``bind``: its inputs;
+        ``weights``: the prefix of its initializers (default ``prefix``), whose
+        copies are added once however many times the graph is inlined."""
+        weights = prefix if weights is None else weights
+        known = {t.name for t in self.initializers}
         for tensor in model.graph.initializer:
-            renamed = copy.deepcopy(tensor)
-            renamed.name = prefix + tensor.name
-            self.initializers.append(renamed)
+            if weights + tensor.name not in known:
+                renamed = copy.deepcopy(tensor)
+                renamed.name = weights + tensor.name
+                self.initializers.append(renamed)
+        names = {t.name for t in model.graph.initializer}
         for name, source in bind.items():
             self.node("Identity", [source], prefix + name)
         for original in model.graph.node:
             copied = copy.deepcopy(original)
             copied.name = prefix + copied.name if copied.name else ""
-            for names in (copied.input, copied.output):
-                renamed = [n if n == "" or n in self.outer else prefix + n for n in names]
-                del names[:]
-                names.extend(renamed)
+            for io in (copied.input, copied.output):
+                renamed = [n if n == "" or n in self.outer else
+                           (weights if n in names else prefix) + n for n in io]
+                del io[:]
+                io.extend(renamed)
             self.nodes.append(copied)
 
     def decide(self, prefix: str, steps: str, vocab: int, pad: int, eos: int):
@@ -140,7 +148,8 @@ def _outer_inputs(*graphs) -> List:
     return inputs
 
 
-def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: int = 0):
+def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: int = 0,
+               copy_graph=None):
     """The decoding graph: greedy (``k`` 0) or SpecDec with ``draft`` (the draft
     graph) and K = ``k`` (see the module docstring). ``verify``: the fp32 certified
     verify graph; ``exact_wt``: the (C, V) fp32 output projection.
@@ -167,6 +176,9 @@ def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: 
                helper.make_tensor_value_info("start", TensorProto.INT64, [1])]
     body_in += [helper.make_tensor_value_info("in_" + p.name, TensorProto.FLOAT, kv)
                 for p in past]
+    if copy_graph is not None:  # the 8-bit copy's own past
+        body_in += [helper.make_tensor_value_info("in8_" + p.name, TensorProto.FLOAT, kv)
+                    for p in past]
     offsets = const("offsets", np.arange(new))
     body.inline(verify, "v_", {
         "tokens": node("Concat", ["last", "drafts"], "tokens", axis=1), "start": "start",
@@ -224,12 +236,18 @@ def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: 
                                                        "positions"), first], "block"),
             "candidate_slots": const("one_candidate", np.arange(1))})
         node("Reshape", ["d_drafts", const("drafts_shape", [1, k])], "drafts_out")
+    elif copy_graph is not None:
+        _copy_drafts(body, copy_graph, past, k, body_out, kv)
     else:
         node("Identity", ["drafts"], "drafts_out")
     body_out += [helper.make_tensor_value_info(n, t, s) for n, t, s in (
         ("block_out", TensorProto.INT64, [new]), ("count_out", TensorProto.INT64, [1]),
         ("scores_out", TensorProto.FLOAT, [new]))]
-    step = helper.make_graph(body.constants + body.nodes, "iteration", body_in, body_out)
+    # The weights live in the body itself: as outer-scope values the runtime would
+    # not pre-pack the 8-bit ones (each call would unpack them).
+    step = helper.make_graph(body.constants + body.nodes, "iteration", body_in, body_out,
+                             initializer=body.initializers
+                             + [numpy_helper.from_array(exact_wt, "exact_wt")])
     inputs = outer_inputs + [helper.make_tensor_value_info(n, TensorProto.INT64, [])
                              for n in ("limit", "min_len", "trips")]
     inputs.append(helper.make_tensor_value_info("drafts0", TensorProto.INT64, [1, k]))
@@ -237,25 +255,69 @@ def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: 
              for name, v in (("go0", np.array(True)), ("bos", np.array([[eos]], np.int64)),
                              ("start0", np.array([0], np.int64)),
                              ("no_past", np.zeros((1, heads, 0, head_dim), np.float32)))]
+    copied = [f"copy_{p.name}" for p in past] if copy_graph is not None else []
+    inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in copied]
     loop = helper.make_node("Loop", ["trips", "go0", "bos", "drafts0", "start0"]
-                            + ["no_past"] * len(past),
+                            + ["no_past"] * len(past) + copied,
                             ["last_final", "drafts_final", "start_final"]
-                            + [f"final_{p.name}" for p in past] + ["blocks", "counts", "scores"],
-                            body=step)
+                            + [f"final_{p.name}" for p in past]
+                            + [f"final8_{p.name}" for p in past if copied]
+                            + ["blocks", "counts", "scores"], body=step)
     main = helper.make_graph(
         start + [loop], "decode", inputs,
         [helper.make_tensor_value_info("blocks", TensorProto.INT64, [None, new]),
          helper.make_tensor_value_info("counts", TensorProto.INT64, [None, 1])],
-        initializer=body.initializers + [numpy_helper.from_array(exact_wt, "exact_wt")])
+)
     model = helper.make_model(main, opset_imports=list(verify.opset_import))
     model.ir_version = verify.ir_version
     return model
 
 
+def _copy_drafts(body: "_Body", copy_graph, past, k: int, body_out: List, kv) -> None:
+    """The next block from the verifier's 8-bit copy, one position a call (K calls
+    unrolled): its past is cut back to the committed tokens it saw, then it reads
+    the token before the correction and the correction, then each draft."""
+    from onnx import TensorProto, helper
+
+    node, const = body.node, body.const
+    first, one, slot_axis = "first", "one", "position_axis"
+    keep = node("Sub", ["start_out", one], "copy_keep")  # committed positions it holds
+    before = node("Gather", [node("Concat", [node("Reshape", ["last", one], "last_1"),
+                                             "drafted"], "inputs_k", axis=0), "accepted"],
+                  "before")  # the token before the correction
+    tokens = node("Unsqueeze", [node("Concat", [before, "correction"], "pair", axis=0), first],
+                  "pair_1")
+    state = [node("Slice", ["in8_" + p.name, first, keep, slot_axis], f"cut8_{p.name}")
+             for p in past]
+    drafts = []
+    for j in range(k):
+        prefix = f"q{j}_"
+        bind = {"tokens": tokens, "start": keep if j == 0 else
+                node("Add", ["start_out", const(f"ahead_{j}", [j])], f"at_{j}"),
+                "offsets": const(f"copy_offsets_{j}", np.arange(2 if j == 0 else 1)),
+                "ancestors": const(f"copy_causal_{j}", np.tril(np.ones((2, 2), bool)) if j == 0
+                                   else np.ones((1, 1), bool)),
+                **{p.name: state[i] for i, p in enumerate(past)}}
+        body.inline(copy_graph, prefix, bind, weights="q_")
+        last_row = node("Gather", [prefix + "logits", const(f"row_{j}", np.array(-1))],
+                        f"copy_scores_{j}", axis=1)  # (1, V)
+        drafts.append(node("ArgMax", [node("Add", [last_row, "pad_mask"], f"copy_masked_{j}")],
+                           f"copy_draft_{j}", axis=1, keepdims=0))  # (1,)
+        state = [node("Concat", [state[i], node("Gather", [
+            prefix + ("new_keys" if i % 2 == 0 else "new_values"), f"layer_{i}"],
+            f"copy_new_{j}_{i}", axis=0)], f"copy_past_{j}_{i}", axis=2)
+            for i in range(len(past))]
+        tokens = node("Unsqueeze", [drafts[-1], first], f"copy_next_{j}")
+    node("Unsqueeze", [node("Concat", drafts, "copy_drafts", axis=0), first], "drafts_out")
+    for i, p in enumerate(past):
+        node("Identity", [state[i]], "out8_" + p.name)
+        body_out.append(helper.make_tensor_value_info("out8_" + p.name, TensorProto.FLOAT, kv))
+
+
 class LoopDecoder:
     """Decodes one sentence with a :func:`build_loop` graph (``draft_k`` 0: greedy)."""
 
-    def __init__(self, backend, model, rules, k: int, threads: int):
+    def __init__(self, backend, model, rules, k: int, threads: int, copy: bool = False):
         import onnx
         import onnxruntime
 
@@ -263,9 +325,12 @@ class LoopDecoder:
 
         self.backend, self.rules, self.k = backend, rules, k
         weight = model.decoder.output_projection.weight.detach().numpy()
-        draft = onnx.load(str(backend.directory / DRAFT)) if k else None
+        self.copy = backend.copy_drafter(backend.pad) if copy else None
+        draft = onnx.load(str(backend.directory / DRAFT)) if k and not copy else None
+        copy_graph = (onnx.load(str(backend._int8_copy.directory / VERIFY)) if copy else None)
         graph = build_loop(onnx.load(str(backend.directory / VERIFY)),
-                           np.ascontiguousarray(weight.T), backend.pad, backend.eos, draft, k)
+                           np.ascontiguousarray(weight.T), backend.pad, backend.eos, draft, k,
+                           copy_graph)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         self.session = onnxruntime.InferenceSession(graph.SerializeToString(), options,
@@ -281,7 +346,15 @@ class LoopDecoder:
         memory = b.encode(sample["net_input"])
         limit = int(self.rules.max_lengths(sample["net_input"]["src_tokens"], b.pad)[0])
         drafts = torch.zeros(1, 1, self.k, dtype=torch.long)
-        if self.k:  # the first block, drafted as the engine drafts it
+        if self.copy is not None:  # the first block from the copy, as the engine drafts it
+            from nmt_specdec.decoding.drafters import DraftRequest
+
+            self.copy.start_batch(sample, memory)
+            prefix = torch.full((1, limit + self.k + 2), b.pad, dtype=torch.long)
+            prefix[0, 0] = b.eos
+            drafts[0] = self.copy.propose(DraftRequest(prefix, torch.tensor([1]), None,
+                                                       torch.tensor([0]), self.k, (0, b.eos, -1)))
+        elif self.k:  # the first block, drafted as the engine drafts it
             b.draft_session.run([self.start_state, torch.tensor([b.eos]),
                                  torch.arange(self.k + 1).view(1, -1), memory.mask,
                                  candidate_slots(1), *memory.draft], [drafts])
@@ -292,13 +365,19 @@ class LoopDecoder:
             for index, tensor in enumerate(tensors):
                 values[f"{prefix}_{'key' if index % 2 == 0 else 'value'}_{index // 2}"] = (
                     tensor.numpy())
-        blocks, counts = self.session.run(None, {n: values[n] for n in self.names})
+        if self.copy is not None:
+            cache = self.copy.cache
+            for layer in range(cache.key.size(0)):
+                for kind, tensor in (("key", cache.key), ("value", cache.value)):
+                    values[f"copy_past_{kind}_{layer}"] = tensor[layer, :, :, : self.k].numpy()
+        blocks, counts = self.session.run(["blocks", "counts"],
+                                          {n: values[n] for n in self.names})
         self.iterations += len(blocks)
         return [t for block, count in zip(blocks.tolist(), counts[:, 0]) for t in block[:count]]
 
 
 def probe(model, task, sources: List[torch.Tensor], rules, k: int, repeats: int,
-          threads: int) -> List[Dict]:
+          threads: int, copy_k: int = 0) -> List[Dict]:
     """Rows of the table: the engine's greedy and SpecDec K, and both as loops
     (``rules``: the :class:`~nmt_specdec.decoding.options.LengthRules`)."""
     from nmt_specdec.decoding.backends import make_backend
@@ -320,6 +399,9 @@ def probe(model, task, sources: List[torch.Tensor], rules, k: int, repeats: int,
             [model], s)[0][0]["tokens"].tolist(),
         "greedy as one ONNX Loop": LoopDecoder(backend, model, rules, 0, threads),
         f"SpecDec K={k} as one ONNX Loop": LoopDecoder(backend, model, rules, k, threads)}
+    if copy_k:
+        decoders[f"SpecDec K={copy_k}, 8-bit copy drafts, as one ONNX Loop"] = LoopDecoder(
+            backend, model, rules, copy_k, threads, copy=True)
     samples = [{"net_input": {"src_tokens": s.view(1, -1),
                               "src_lengths": torch.tensor([s.numel()])}} for s in sources]
     for decode in decoders.values():  # warm-up
@@ -357,6 +439,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_test_set_args(p)
     p.add_argument("--k", type=int, default=2, help="draft block size of the SpecDec rows")
+    p.add_argument("--copy-k", type=int, default=0,
+                   help="also a loop drafting K tokens with the verifier's 8-bit copy")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
@@ -364,7 +448,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         test = load_test_set(args)
         rows = probe(test.model, test.task, test.sources, test.rules, args.k, args.repeats,
-                     args.threads)
+                     args.threads, args.copy_k)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
