@@ -261,3 +261,22 @@ def _load_head_weights(model, path: str) -> None:
                         f"(parts that differ: {unfit[:3]})")
     logger.info("draft head from %s (%d tensors fresh: %s)", path, len(missing),
                 sorted({k.split(".")[0] for k in missing}) or "none")
+
+
+def specdec_task_for(task):
+    """A stock ``translation`` task's settings and dictionaries under
+    ``translation_specdec``, whose generator decodes with the engine: a stock
+    transformer decodes with ``--spec-k 0`` or ``--spec-drafter verifier-int8``
+    (nmt-specdec-translate and nmt-specdec-evaluate load stock checkpoints so).
+    Any other task is returned as it is."""
+    import dataclasses
+
+    from fairseq.tasks.translation import TranslationTask
+
+    if isinstance(task, TranslationSpecDecTask) or not isinstance(task, TranslationTask):
+        return task
+    names = {f.name for f in dataclasses.fields(TranslationSpecDecConfig)}
+    settings = {name: getattr(task.cfg, name) for name in names
+                if name != "_name" and name in task.cfg}
+    return TranslationSpecDecTask(TranslationSpecDecConfig(**settings), task.src_dict,
+                                  task.tgt_dict)

@@ -203,28 +203,11 @@ def _load_model(cfg: TranslateConfig):
             f"{cfg.checkpoint} needs a task or architecture that is not "
             f"registered ({err}); is it a fairseq translation checkpoint?"
         ) from None
-    if cfg.spec_decoding and not hasattr(task.cfg, "spec_decoding"):
-        task = _as_specdec_task(task)
+    if cfg.spec_decoding:
+        from fairseq_plugins.specdec_task import specdec_task_for
+
+        task = specdec_task_for(task)
     return models[0], task
-
-
-def _as_specdec_task(task):
-    """A stock ``translation`` task's settings and dictionaries under the
-    ``translation_specdec`` task, whose generator decodes with the engine (a
-    stock transformer: ``--spec-k 0``, or ``--spec-drafter verifier-int8``)."""
-    import dataclasses
-
-    from fairseq.tasks.translation import TranslationTask
-
-    from fairseq_plugins.specdec_task import TranslationSpecDecConfig, TranslationSpecDecTask
-
-    if not isinstance(task, TranslationTask):
-        return task  # refused by _check_specdec
-    names = {f.name for f in dataclasses.fields(TranslationSpecDecConfig)}
-    settings = {name: getattr(task.cfg, name) for name in names
-                if name != "_name" and name in task.cfg}
-    return TranslationSpecDecTask(TranslationSpecDecConfig(**settings), task.src_dict,
-                                  task.tgt_dict)
 
 
 def _check_specdec(cfg: TranslateConfig, task, model) -> None:

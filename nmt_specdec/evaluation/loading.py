@@ -55,6 +55,10 @@ def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, o
             f"{cfg.checkpoint} needs a task or architecture that is not "
             f"registered ({err}); is its --user-dir plugin loaded?"
         ) from err
+    if not cfg.stock_only:  # a stock transformer decodes with the engine too
+        from fairseq_plugins.specdec_task import specdec_task_for
+
+        task = specdec_task_for(task)
     model = models[0].to(device)
     # As fairseq-generate: eval mode, generation-only optimisations.
     model.prepare_for_inference_(
@@ -76,8 +80,9 @@ def generation_config(cfg: EvalConfig, beam: int) -> GenerationConfig:
     return gen
 
 
-def check_specdec_supported(task, model: nn.Module) -> None:
-    """Refuses SpecDec rows for checkpoints that cannot run them."""
+def check_specdec_supported(task, model: nn.Module, specs) -> None:
+    """Refuses SpecDec rows for checkpoints that cannot run them (``specs``: the
+    grid; drafting with the head needs one, greedy and the 8-bit copy do not)."""
     if not hasattr(task.cfg, "spec_decoding"):
         name = getattr(task.cfg, "_name", type(task).__name__)
         raise UserError(
@@ -85,11 +90,14 @@ def check_specdec_supported(task, model: nn.Module) -> None:
             f"translation_specdec (this one: {name}); pass --stock-only to "
             "time fairseq's generator alone"
         )
-    if not hasattr(model, "draft_head"):
+    needs_head = any(spec.kind == "specdec" and spec.k and spec.drafter == "head"
+                     for spec in specs)
+    if needs_head and not hasattr(model, "draft_head"):
         raise UserError(
             "SpecDec rows need a checkpoint with a draft head "
-            "(--arch specdec_transformer*); pass --stock-only to time "
-            "fairseq's generator alone"
+            "(--arch specdec_transformer*); pass --drafters verifier-int8 to draft with "
+            "the verifier's 8-bit copy instead, or --stock-only to time fairseq's "
+            "generator alone"
         )
 
 

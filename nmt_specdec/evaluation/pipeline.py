@@ -68,8 +68,11 @@ def run(cfg: EvalConfig) -> dict:
     testset = load_testset(cfg, task, detokenize)
     check_lengths(testset.sources, model.max_positions()[0])
     specs = build_grid(cfg, getattr(model, "draft_block_size", None))
+    if not hasattr(model, "draft_head") and "verifier-int8" in cfg.drafters:
+        # No head to draft with: the 8-bit copy's rows (and greedy) stand alone.
+        specs = [s for s in specs if not (s.kind == "specdec" and s.k and s.drafter == "head")]
     if any(spec.kind == "specdec" for spec in specs):
-        loading.check_specdec_supported(task, model)
+        loading.check_specdec_supported(task, model, specs)
     runs = build_runs(cfg, task, model, specs, testset, device)
     orders = runner.pass_orders(len(runs), cfg.repeats, cfg.order_seed)
     profiles = decode_all(cfg, task, model, runs, device, orders)

@@ -231,6 +231,21 @@ def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
     assert results["test_set"]["sentences"] == 8
 
 
+def test_stock_checkpoint_drafts_with_its_8bit_copy(toy: dict, onnx_cache) -> None:
+    """Without a draft head, --drafters verifier-int8 keeps the engine's greedy and
+    the 8-bit copy's rows (the head's are dropped), with greedy's output."""
+    pytest.importorskip("onnxruntime")
+    results = toy["script"].run(_config(
+        toy, "stock_copy", checkpoint=str(toy["stock"]), beams=(1,), grid_k=(0, 2),
+        grid_beta=(1,), batch_sizes=(1,), repeats=1, max_sentences=8,
+        backends=("onnxruntime",), drafters=("head", "verifier-int8")))
+    rows = {r["name"]: r for r in results["rows"]}
+    assert list(rows) == ["stock greedy", "engine greedy [onnxruntime]",
+                          "SpecDec K=2 β=1 drafter=verifier-int8 [onnxruntime]"]
+    drafted = rows["SpecDec K=2 β=1 drafter=verifier-int8 [onnxruntime]"]
+    assert drafted["differs_from_greedy"] == 0 and drafted["mean_accepted_tokens"] > 1.0
+
+
 def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) -> None:
     out = toy["root"] / "cli"
     argv = ["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]),
