@@ -11,9 +11,9 @@ import logging
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.loop import SpecDecGenerator
 from nmt_specdec.decoding.options import (
-    VERIFIER_DRAFTER_K,
     LengthRules,
     SpecDecOptions,
+    default_spec_k,
     parse_spec_k,
 )
 from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
@@ -49,10 +49,8 @@ def _spec_generator(cfg, models, tgt_dict, args) -> SpecDecGenerator:
     drafter = getattr(cfg, "spec_drafter", "head")
     k, auto = parse_spec_k(cfg.spec_k)
     if k is None:  # default, or the upper bound of auto
-        if drafter == "verifier-int8":
-            k = VERIFIER_DRAFTER_K
-        else:
-            k = model.draft_block_size if has_head else -1
+        k = default_spec_k(model, drafter)
+        k = -1 if k is None else k
     if k != 0 and not has_head and drafter == "head":
         raise UserError(
             "--spec-decoding needs a checkpoint with a draft head; train one with --arch "

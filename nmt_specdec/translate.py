@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
-from nmt_specdec.decoding.options import DRAFTERS, VERIFIER_DRAFTER_K, parse_spec_k
+from nmt_specdec.decoding.options import DRAFTERS, default_spec_k, parse_spec_k
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
     SENTENCE_END,
@@ -223,7 +223,7 @@ def _check_specdec(cfg: TranslateConfig, task, model) -> None:
             "or decode without --spec-decoding)"
         )
     if k is None:
-        k = model.draft_block_size if cfg.spec_drafter == "head" else VERIFIER_DRAFTER_K
+        k = default_spec_k(model, cfg.spec_drafter)
     if k >= model.max_decoder_positions():
         raise UserError(
             f"--spec-k {k} must be below the model's "

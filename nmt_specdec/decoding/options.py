@@ -63,6 +63,14 @@ class SpecDecOptions:
                             f"{self.drafter} proposes one token per slot)")
 
 
+def default_spec_k(model, drafter: str) -> Optional[int]:
+    """``--spec-k``'s default: the head's block size, :data:`VERIFIER_DRAFTER_K` for
+    the 8-bit copy, None for a head drafter on a model without a head."""
+    if drafter == "verifier-int8":
+        return VERIFIER_DRAFTER_K
+    return getattr(model, "draft_block_size", None) if hasattr(model, "draft_head") else None
+
+
 def parse_spec_k(value) -> Tuple[Optional[int], bool]:
     """``--spec-k``: an integer K >= 0, or ``auto`` -> (K or None, auto?)."""
     if value is None:

@@ -195,18 +195,18 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
         specs += [DecoderSpec("ct2", int8=False), DecoderSpec("ct2", int8=True)]
     if cfg.stock_only:
         return specs
+    grid = _specdec_grid(cfg, default_k)
     for backend in dict.fromkeys(cfg.backends):
         ort = backend == "onnxruntime"
         for int8 in (False, True) if cfg.int8 and ort else (False,):
             for fused in (False, True) if cfg.fused_draft and ort else (False,):
                 specs += [dataclasses.replace(spec, backend=backend, int8=int8, fused_draft=fused)
-                          for spec in _specdec_grid(cfg, default_k)
+                          for spec in grid
                           # K=0 drafts nothing
                           if not (fused and spec.k == 0)]
                 if ort and not int8 and not fused and "verifier-int8" in cfg.drafters:
                     specs += [dataclasses.replace(spec, backend=backend, drafter="verifier-int8")
-                              for spec in _specdec_grid(cfg, default_k)
-                              if spec.k and spec.candidates == 1]
+                              for spec in grid if spec.k and spec.candidates == 1]
     return specs
 
 

@@ -126,11 +126,10 @@ def probe(model, task, sources: List[torch.Tensor], rules, k: int, repeats: int,
             outputs[name] = [decode(sample) for sample in samples]
             seconds[name].append(time.perf_counter() - started)
             iterations[name] = getattr(decode, "iterations", 0) - before
-    for kk, name in ((0, "engine greedy [onnxruntime]"), (k, f"engine SpecDec K={k} [onnxruntime]")):
-        stats = engines[kk].stats  # every pass, warm-up included: the same ratio
-        iterations[name] = 0
-        if stats.iterations:
-            iterations[name] = stats.iterations * sum(map(len, outputs[name])) / stats.tokens
+    for kk, name in ((0, "engine greedy [onnxruntime]"),
+                     (k, f"engine SpecDec K={k} [onnxruntime]")):
+        stats = engines[kk].stats  # every pass, warm-up included: the same tokens per iteration
+        iterations[name] = sum(map(len, outputs[name])) * stats.iterations / stats.tokens
     greedy = outputs["engine greedy [onnxruntime]"]
     tokens = sum(map(len, greedy))
     base = min(seconds["engine greedy [onnxruntime]"])

@@ -209,12 +209,12 @@ def build_loop(verify, exact_wt: np.ndarray, pad: int, eos: int, draft=None, k: 
     node("Squeeze", [node("Not", [finished], "going")], "go_out")
     node("Reshape", [correction, const("one_by_one", [1, 1])], "last_out")
     node("Add", ["start", taken], "start_out")  # the correction's position
+    position_axis = const("position_axis", [2])
     for index, p in enumerate(past):
         kind = "v_new_keys" if index % 2 == 0 else "v_new_values"
         layer = node("Gather", [kind, const(f"layer_{index}", np.array(index // 2))],
                      f"new_{p.name}", axis=0)  # (1, H, N, D)
-        kept = node("Slice", [layer, first, taken, const("position_axis", [2])] if index == 0
-                    else [layer, first, taken, "position_axis"], f"kept_{p.name}")
+        kept = node("Slice", [layer, first, taken, position_axis], f"kept_{p.name}")
         node("Concat", ["in_" + p.name, kept], "out_" + p.name, axis=2)
         body_out.append(helper.make_tensor_value_info("out_" + p.name, TensorProto.FLOAT, kv))
     if draft is not None:  # the next block, from the state that predicted the correction
