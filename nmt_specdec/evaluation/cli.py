@@ -21,7 +21,7 @@ from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
 from nmt_specdec.decoding.options import DRAFTERS
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
-from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, run
+from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, TIME_SPLIT_PNG, run
 from nmt_specdec.evaluation.report import markdown_table
 
 _PLUGIN_PACKAGE = "fairseq_plugins"
@@ -225,7 +225,7 @@ def _add_timing_args(group) -> None:
         "--profile",
         action="store_true",
         help="one extra pass per SpecDec row, split into encoder / draft / "
-        "verify / bookkeeping time",
+        f"verify / bookkeeping milliseconds per token (results.md, {TIME_SPLIT_PNG})",
     )
     group.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar"
@@ -269,5 +269,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(markdown_table(results["rows"]))
-    print(f"\nwrote {os.path.join(args.out, RESULTS_JSON)}, {RESULTS_MD}, {PLOT_PNG}")
+    written = [RESULTS_MD, PLOT_PNG] + ([TIME_SPLIT_PNG] if args.profile else [])
+    print(f"\nwrote {os.path.join(args.out, RESULTS_JSON)}, {', '.join(written)}")
     return 0

@@ -27,6 +27,7 @@ from nmt_specdec.evaluation.config import (
     validate,
 )
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
+from nmt_specdec.evaluation.time_split import plot_time_split
 from nmt_specdec.evaluation.profiling import Profile, profile_run
 from nmt_specdec.evaluation.runner import Run
 from nmt_specdec.evaluation.testset import (
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
 PLOT_PNG = "bleu_vs_speedup.png"
+TIME_SPLIT_PNG = "time_split.png"  # with --profile
 
 
 def run(cfg: EvalConfig) -> dict:
@@ -271,6 +273,7 @@ def write_outputs(results: dict, out_dir: str) -> None:
     with open(os.path.join(out_dir, RESULTS_MD), "w", encoding="utf-8") as handle:
         handle.write(report.markdown_report(results))
     plot_bleu_vs_speedup(results["rows"], os.path.join(out_dir, PLOT_PNG))
+    plot_time_split(results["rows"], os.path.join(out_dir, TIME_SPLIT_PNG))  # --profile
 
 
 def _model_info(cfg: EvalConfig, model: nn.Module, task) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from nmt_specdec.evaluation.report import format_cell, timing_line
+from nmt_specdec.evaluation.time_split import plot_time_split, time_split_table
 
 # (header, row key, format, spread prefix), as in report._COLUMNS.
 README_COLUMNS = (
@@ -64,7 +65,32 @@ def readme_table(results: dict) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", type=Path, help="results.json file(s)")
+    parser.add_argument("--time-split", action="store_true",
+                        help="print where a token's time goes instead (a run with --profile)")
+    parser.add_argument("--plot", type=Path, help="with --time-split: also draw it to this PNG")
     args = parser.parse_args(argv)
+    if args.plot and not args.time_split:
+        parser.error("--plot draws the time split: add --time-split")
     for path in args.results:
-        sys.stdout.write(readme_table(json.loads(path.read_text(encoding="utf-8"))))
+        try:
+            _print_one(path, args.time_split, args.plot)
+        except OSError as err:  # the results file, or the plot's
+            print(f"error: {err.filename or path}: {err.strerror or err}", file=sys.stderr)
+            return 2
+        except (ValueError, KeyError) as err:  # not JSON, or not an evaluation's
+            print(f"error: {path}: {err}", file=sys.stderr)
+            return 2
     return 0
+
+
+def _print_one(path: Path, time_split: bool, plot: Optional[Path]) -> None:
+    results = json.loads(path.read_text(encoding="utf-8"))
+    if not time_split:
+        sys.stdout.write(readme_table(results))
+        return
+    split = time_split_table(results["rows"])
+    if not split:
+        raise ValueError("no profiled rows (evaluate with --profile)")
+    sys.stdout.write(split + "\n")
+    if plot:
+        plot_time_split(results["rows"], str(plot))

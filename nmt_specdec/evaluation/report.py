@@ -10,6 +10,7 @@ from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.evaluation.metrics import Scores
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP
 from nmt_specdec.evaluation.profiling import Profile
+from nmt_specdec.evaluation.time_split import time_split_table
 from nmt_specdec.evaluation.runner import Run
 
 # 2: rows named by what they do, speedups as medians of paired per-repeat ratios
@@ -185,26 +186,6 @@ def markdown_table(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
-def profile_table(rows: List[dict]) -> str:
-    """Share of SpecDec time per component, for the profiled rows."""
-    profiled = [row for row in rows if row["profile"]]
-    if not profiled:
-        return ""
-    parts = ("encoder", "draft", "verify", "bookkeeping")
-    lines = [
-        "| batch | decoder | total s | " + " | ".join(parts) + " |",
-        "|---|---|---:|" + "---:|" * len(parts),
-    ]
-    for row in profiled:
-        prof = row["profile"]
-        shares = " | ".join(f"{100 * prof[f'{p}_share']:.1f}%" for p in parts)
-        lines.append(
-            f"| {row['batch_size']} | {row['name']} | {prof['total_s']:.3f} | "
-            f"{shares} |"
-        )
-    return "\n".join(lines)
-
-
 def markdown_report(results: dict) -> str:
     """The whole ``results.md``: table, signatures, machine, model and memory."""
     machine, model, memory = results["machine"], results["model"], results["memory"]
@@ -245,11 +226,11 @@ def markdown_report(results: dict) -> str:
               "fp32 rows: stock greedy; int8 rows: the int8 verifier's own greedy (the int8 "
               "engine greedy row), since quantization changes the model.", ""]
     parts += [_mismatch_line(t) for t in ties] or ["None."]
-    profile = profile_table(results["rows"])
+    profile = time_split_table(results["rows"])
     if profile:
         parts += [
             "",
-            "## SpecDec time split (one extra, instrumented pass)",
+            "## Where a token's time goes (profiled rows: one extra, instrumented pass)",
             "",
             profile,
         ]

@@ -196,14 +196,57 @@ def test_markdown_has_a_row_per_configuration(binarized_results: dict,
     assert "nrefs:1|" in text and "encoder" in text  # signature and profile table
 
 
+def test_time_split_is_per_token_and_adds_up(binarized_results: dict, toy: dict,
+                                            capsys: pytest.CaptureFixture) -> None:
+    """--profile's table: every row of a profiled batch size with its timed ms per
+    token; the profiled rows split theirs into parts that add up to the whole."""
+    from nmt_specdec.evaluation.readme_table import main
+
+    rows = binarized_results["rows"]
+    assert main([str(toy["root"] / "binarized" / "results.json"), "--time-split"]) == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    assert len(lines) == len(rows)  # every batch size of this run has SpecDec rows
+    split = 0
+    for line, row in zip(lines, rows):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        assert cells[1] == row["name"]
+        timed = 1000 * row["wall_s_median"] / row["target_tokens"]
+        assert float(cells[2]) == pytest.approx(timed, abs=1e-3)
+        if row["profile"] is None:
+            assert cells[3:] == [""] * 5
+            continue
+        split += 1
+        total = float(cells[3])
+        parts = [float(cell.split()[0]) for cell in cells[4:]]
+        assert total > 0 and sum(parts) == pytest.approx(total, abs=3e-3)
+    assert split == sum(row["decoder"] == "specdec" for row in rows) > 0
+    # A run without --profile has nothing to split: one line, exit 2.
+    unprofiled = json.loads(json.dumps(binarized_results))
+    for row in unprofiled["rows"]:
+        row["profile"] = None
+    path = toy["root"] / "unprofiled.json"
+    path.write_text(json.dumps(unprofiled))
+    assert main([str(path), "--time-split"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--profile" in err
+    # Nor a traceback for a file that is not there, or a plot it cannot write.
+    assert main([str(toy["root"] / "missing.json")]) == 2
+    assert main([str(toy["root"] / "binarized" / "results.json"), "--time-split",
+                 "--plot", str(toy["root"] / "no" / "such" / "dir.png")]) == 2
+    err = capsys.readouterr().err
+    missing, unwritable = err.splitlines()
+    assert "missing.json" in missing and "dir.png" in unwritable
+
+
 def test_plot_is_a_valid_png(binarized_results: dict, toy: dict) -> None:
     from PIL import Image
 
-    path = toy["root"] / "binarized" / "bleu_vs_speedup.png"
-    assert path.stat().st_size > 0
-    with Image.open(path) as image:
-        image.verify()
-        assert image.format == "PNG" and image.size[0] > 0 and image.size[1] > 0
+    for name in ("bleu_vs_speedup.png", "time_split.png"):  # the run was profiled
+        path = toy["root"] / "binarized" / name
+        assert path.stat().st_size > 0
+        with Image.open(path) as image:
+            image.verify()
+            assert image.format == "PNG" and image.size[0] > 0 and image.size[1] > 0
 
 
 def test_raw_text_input_decodes_like_binarized(binarized_results: dict,
@@ -216,6 +259,7 @@ def test_raw_text_input_decodes_like_binarized(binarized_results: dict,
     [same] = [r for r in binarized_results["rows"]
               if r["name"] == "stock greedy" and r["batch_size"] == 4]
     assert row["bleu"] == same["bleu"] and row["chrf"] == same["chrf"]
+    assert not (toy["root"] / "raw" / "time_split.png").exists()  # not profiled
 
 
 def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
