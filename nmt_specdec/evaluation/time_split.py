@@ -11,7 +11,7 @@ verify calls alone already cost more than CTranslate2's greedy).
 from __future__ import annotations
 
 import logging
-from typing import List
+from typing import Dict, List, Optional
 
 PARTS = ("encoder", "draft", "verify", "bookkeeping")
 _COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:grey")
@@ -20,6 +20,16 @@ _COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:grey")
 def timed_ms_per_token(row: dict) -> float:
     """The row's median timed pass, in milliseconds per output token."""
     return 1000 * row["wall_s_median"] / max(row["target_tokens"], 1)
+
+
+def split_ms_per_token(row: dict) -> Optional[Dict[str, float]]:
+    """The profiled pass's ``total`` and each part, in ms per output token (None:
+    the row was not profiled)."""
+    prof = row["profile"]
+    if not prof:
+        return None
+    tokens = max(row["target_tokens"], 1)
+    return {name: 1000 * prof[f"{name}_s"] / tokens for name in ("total", *PARTS)}
 
 
 def _split_rows(rows: List[dict]) -> List[dict]:
@@ -39,11 +49,10 @@ def time_split_table(rows: List[dict]) -> str:
              "|---|---|---:|---:|" + "---:|" * len(PARTS)]
     for row in chosen:
         cells = [f"{timed_ms_per_token(row):.3f}"]
-        prof, tokens = row["profile"], max(row["target_tokens"], 1)
-        if prof:
-            cells.append(f"{1000 * prof['total_s'] / tokens:.3f}")
-            cells += [f"{1000 * prof[f'{p}_s'] / tokens:.3f} ({100 * prof[f'{p}_share']:.0f}%)"
-                      for p in PARTS]
+        split = split_ms_per_token(row)
+        if split:
+            cells.append(f"{split['total']:.3f}")
+            cells += [f"{split[p]:.3f} ({100 * split[p] / split['total']:.0f}%)" for p in PARTS]
         else:
             cells += [""] * (1 + len(PARTS))
         lines.append(f"| {row['batch_size']} | {row['name']} | " + " | ".join(cells) + " |")
@@ -69,22 +78,23 @@ def plot_time_split(rows: List[dict], path: str) -> bool:
     labels = [f"bs{row['batch_size']} {row['name']}" for row in chosen]
     ys = list(range(len(chosen)))[::-1]  # the table's order, top down
     for y, row in zip(ys, chosen):
-        prof, tokens = row["profile"], max(row["target_tokens"], 1)
-        if not prof:
+        split = split_ms_per_token(row)
+        if split is None:
             ax.barh(y, timed_ms_per_token(row), color="lightgrey", edgecolor="grey")
             continue
         left = 0.0
         for part, colour in zip(PARTS, _COLOURS):
-            width = 1000 * prof[f"{part}_s"] / tokens
-            ax.barh(y, width, left=left, color=colour, label=part)
-            left += width
-    for row in chosen:
-        if row["role"] == "ct2":
-            ax.axvline(timed_ms_per_token(row), color="tab:purple", linestyle="--", linewidth=1)
+            ax.barh(y, split[part], left=left, color=colour, label=part)
+            left += split[part]
+    ct2 = [timed_ms_per_token(row) for row in chosen if row["role"] == "ct2"]
+    for x in ct2:
+        ax.axvline(x, color="tab:purple", linestyle="--", linewidth=1)
     handles, names = ax.get_legend_handles_labels()
     unique = dict(zip(names, handles))  # one entry per part
-    unique["timed total (not profiled)"] = Patch(facecolor="lightgrey", edgecolor="grey")
-    unique["CTranslate2, whole token"] = Line2D([], [], color="tab:purple", linestyle="--")
+    if any(split_ms_per_token(row) is None for row in chosen):
+        unique["timed total (not profiled)"] = Patch(facecolor="lightgrey", edgecolor="grey")
+    if ct2:
+        unique["CTranslate2, whole token"] = Line2D([], [], color="tab:purple", linestyle="--")
     ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right")
     ax.set_yticks(ys, labels, fontsize=8)
     ax.set_xlabel("milliseconds per output token")
