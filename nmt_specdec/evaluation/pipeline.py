@@ -27,7 +27,6 @@ from nmt_specdec.evaluation.config import (
     validate,
 )
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
-from nmt_specdec.evaluation.time_split import plot_time_split
 from nmt_specdec.evaluation.profiling import Profile, profile_run
 from nmt_specdec.evaluation.runner import Run
 from nmt_specdec.evaluation.testset import (
@@ -37,6 +36,7 @@ from nmt_specdec.evaluation.testset import (
     load_raw,
     make_batches,
 )
+from nmt_specdec.evaluation.time_split import plot_time_split
 
 logger = logging.getLogger(__name__)
 

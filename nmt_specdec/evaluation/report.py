@@ -10,8 +10,8 @@ from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.evaluation.metrics import Scores
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP
 from nmt_specdec.evaluation.profiling import Profile
-from nmt_specdec.evaluation.time_split import time_split_table
 from nmt_specdec.evaluation.runner import Run
+from nmt_specdec.evaluation.time_split import time_split_table
 
 # 2: rows named by what they do, speedups as medians of paired per-repeat ratios
 # with min-max, a random pass order per repeat (timing.orders).
