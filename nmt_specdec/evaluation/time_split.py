@@ -2,7 +2,8 @@
 
 Each profiled SpecDec row (one extra, instrumented pass; see :mod:`.profiling`)
 is split into encoder, draft, verify and bookkeeping milliseconds per output
-token. Beside them stand the timed milliseconds per token of every row of the
+token; on ONNX Runtime, how much of it was spent inside the runtime's run calls
+(the rest is our Python). Beside them stand the timed milliseconds per token of every row of the
 same batch size, stock fairseq and CTranslate2 included, so that one of our
 model calls can be held against a competitor's whole token (e.g. whether our
 verify calls alone already cost more than CTranslate2's greedy).
@@ -15,6 +16,7 @@ from typing import Dict, List, Optional
 
 PARTS = ("encoder", "draft", "verify", "bookkeeping")
 _COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:grey")
+_RUNTIME_LABEL = "time inside ONNX Runtime (the rest: our Python)"
 
 
 def timed_ms_per_token(row: dict) -> float:
@@ -29,7 +31,8 @@ def split_ms_per_token(row: dict) -> Optional[Dict[str, float]]:
     if not prof:
         return None
     tokens = max(row["target_tokens"], 1)
-    return {name: 1000 * prof[f"{name}_s"] / tokens for name in ("total", *PARTS)}
+    names = ("total", *PARTS, *(["runtime"] if "runtime_s" in prof else []))
+    return {name: 1000 * prof[f"{name}_s"] / tokens for name in names}
 
 
 def _split_rows(rows: List[dict]) -> List[dict]:
@@ -39,22 +42,24 @@ def _split_rows(rows: List[dict]) -> List[dict]:
 
 
 def time_split_table(rows: List[dict]) -> str:
-    """Markdown: timed and profiled ms per token, and the profiled split (each
-    part with its share); empty when nothing was profiled."""
+    """Markdown: timed and profiled ms per token, the profiled split (each part
+    with its share) and the runtime's own part; empty when nothing was profiled."""
     chosen = _split_rows(rows)
     if not chosen:
         return ""
     lines = ["| batch | decoder | ms/token timed | ms/token profiled | "
-             + " | ".join(PARTS) + " |",
-             "|---|---|---:|---:|" + "---:|" * len(PARTS)]
+             + " | ".join(PARTS) + " | in the runtime |",
+             "|---|---|---:|---:|" + "---:|" * (len(PARTS) + 1)]
     for row in chosen:
         cells = [f"{timed_ms_per_token(row):.3f}"]
         split = split_ms_per_token(row)
         if split:
             cells.append(f"{split['total']:.3f}")
-            cells += [f"{split[p]:.3f} ({100 * split[p] / split['total']:.0f}%)" for p in PARTS]
+            cells += [f"{split[p]:.3f} ({100 * split[p] / split['total']:.0f}%)"
+                      for p in (*PARTS, "runtime") if p in split]
+            cells += [""] * ("runtime" not in split)  # a backend without a graph runtime
         else:
-            cells += [""] * (1 + len(PARTS))
+            cells += [""] * (2 + len(PARTS))
         lines.append(f"| {row['batch_size']} | {row['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -86,6 +91,9 @@ def plot_time_split(rows: List[dict], path: str) -> bool:
         for part, colour in zip(PARTS, _COLOURS):
             ax.barh(y, split[part], left=left, color=colour, label=part)
             left += split[part]
+        if "runtime" in split:  # the runtime's own time, wherever in the bar it was spent
+            ax.plot(split["runtime"], y, marker="|", markersize=16, markeredgewidth=2,
+                    color="black", linestyle="none", label=_RUNTIME_LABEL)
     ct2 = [timed_ms_per_token(row) for row in chosen if row["role"] == "ct2"]
     for x in ct2:
         ax.axvline(x, color="tab:purple", linestyle="--", linewidth=1)
