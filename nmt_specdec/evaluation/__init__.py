@@ -8,7 +8,10 @@ Modules:
     testset: test sentences (binarized or raw text), references, batching.
     loading: checkpoint, generators (built as ``fairseq-generate`` builds them).
     runner: warm-up and interleaved, timed decoding passes.
-    profiling: SpecDec time split into encoder / draft / verify / bookkeeping.
+    profiling: SpecDec time split into encoder / draft / verify / bookkeeping
+        (and, on ONNX Runtime, the time inside the runtime's calls).
+    time_split: that split per output token beside every row's timed total
+        (CTranslate2's too), as a table and a figure.
     metrics: detokenization, sacreBLEU and chrF, agreement with greedy output.
     machine: CPU/GPU, library versions, peak memory.
     report: result rows, ``results.json`` and ``results.md``.
