@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `tests.helpers` and the packages, uninstalled
+if str(REPO_ROOT) not in sys.path:  # `tests.helpers`, `benchmarks` and the packages, uninstalled
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.helpers.fairseq_toy import binarize, make_toy_data, train_tiny  # noqa: E402

@@ -152,7 +152,7 @@ def plot_acceptance(reports: List[Dict], path: Path) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``scripts/head_acceptance.py``: acceptance tables of a head, one per
+    """``benchmarks/head_acceptance.py``: acceptance tables of a head, one per
     ``--refine-steps`` value, printed and (``--out``) saved as JSON."""
     import json
 

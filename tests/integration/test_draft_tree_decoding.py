@@ -3,7 +3,7 @@
 On the shipped model and 40 hand-written sentences:
 - beta=1 output equals greedy at batch 1 and at batch 8 (non-uniform starts);
 - at batch 1 every sentence takes exactly the iterations that the exact replay
-  (``nmt_specdec.evaluation.draft_trees``) predicts for the same tree, so the
+  (``benchmarks/draft_trees.py``) predicts for the same tree, so the
   engine and the replay check each other;
 - the tree commits more tokens per iteration than the chain of the same depth;
 - the onnxruntime graphs (tree positions and mask as inputs) decode it as the
@@ -39,7 +39,7 @@ _generator = shipped_generator
 
 @pytest.mark.parametrize("k, candidates", [(2, 2), (4, 3)])
 def test_tree_is_greedy_and_takes_the_replayed_iterations(shipped, k, candidates):
-    from nmt_specdec.evaluation.draft_trees import greedy_token_ranks, parse_tree, replay
+    from benchmarks.draft_trees import greedy_token_ranks, parse_tree, replay
 
     model, task, sources = shipped
     greedy, tree = _generator(model, task, 0), _generator(model, task, k, candidates)

@@ -1,4 +1,4 @@
-"""The tree replay agrees with the engine it stands in for (issue #21).
+"""The tree replay agrees with the engine it stands in for.
 
 On the shipped model, replaying the linear ``chainK`` tree on the teacher-forced
 ranks must give, sentence by sentence, exactly the iterations the engine's
@@ -18,7 +18,7 @@ from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_mod
 def test_chain_replay_equals_engine_iterations(k):
     from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
-    from nmt_specdec.evaluation.draft_trees import greedy_token_ranks, parse_tree, replay
+    from benchmarks.draft_trees import greedy_token_ranks, parse_tree, replay
 
     torch.set_num_threads(1)
     model, task = load_model()

@@ -347,7 +347,7 @@ def test_random_model_variants_decode_as_torch(tmp_path, onnx_cache, extra):
 
 
 def test_iteration_cost_reports_runtime_calls(shipped):
-    from nmt_specdec.evaluation.iteration_cost import format_rows, measure
+    from benchmarks.iteration_cost import format_rows, measure
 
     model, task, sources = shipped
     dataset = task.build_dataset_for_inference(sources[:4], [len(s) for s in sources[:4]])

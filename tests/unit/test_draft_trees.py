@@ -1,4 +1,4 @@
-"""Replaying draft trees on ranks (nmt_specdec.evaluation.draft_trees), by hand.
+"""Replaying draft trees on ranks (``benchmarks/draft_trees.py``), by hand.
 
 Ranks are (L, K): the rank of the greedy token y[p+i] among the head's slot-i
 candidates at anchor p (0 = the head's top-1).
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nmt_specdec.errors import UserError
-from nmt_specdec.evaluation.draft_trees import NEVER, accepted_run, parse_tree, replay
+from benchmarks.draft_trees import NEVER, accepted_run, parse_tree, replay
 
 
 def test_tree_sizes():

@@ -1,4 +1,4 @@
-"""``scripts/head_acceptance.py``'s pieces that need no model: the plot and the
+"""``benchmarks/head_acceptance.py``'s pieces that need no model: the plot and the
 one-line error (the decoding itself is run by the real-model tests)."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""What one SpecDec iteration costs, in stock greedy steps (issue #12's yardstick).
+"""What one SpecDec iteration costs, in stock greedy steps.
 
 For each model shape and batch size, the same sentences are decoded by fairseq's
 ``SequenceGenerator`` (greedy) and by the engine at several K, interleaved,
@@ -13,7 +13,12 @@ Shapes measured: the given checkpoint (e.g. the reference verifier with its
 draft head) and, with ``--base-shape``, a random-weight
 ``specdec_transformer_wmt_en_de`` (Transformer-base, 6+6 layers, d=512) over the
 same dictionary: cost does not depend on the weights.
-Entry point: ``scripts/benchmark_iteration_cost.py``.
+
+Example (from the repository root; ``work/gettext/bin`` from
+``nmt-specdec-prepare-gettext --out work/gettext --model-dir models/gettext-de-en-tiny``)::
+
+    python benchmarks/iteration_cost.py --checkpoint models/gettext-de-en-tiny/model.pt \\
+        --data work/gettext/bin --batch-sizes 1 32 --ks 0 2 4 --backend onnxruntime
 """
 
 from __future__ import annotations
@@ -194,3 +199,7 @@ def run(args: argparse.Namespace) -> int:
                            args.fused_draft)
             print(format_rows(name, rows), flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,16 +1,15 @@
 """How many tokens an iteration would accept with more than one draft per slot.
 
-Issue #21 asks whether verifying a small *tree* of drafts (e.g. the head's
-top-2 at the first slot) in one verifier pass pays. At beta=1 the answer needs
-no tree decoder: a draft is accepted exactly when it equals the greedy token at
-its position, and the head's proposals at an anchor depend only on the greedy
-prefix up to it (the verifier state that predicted the anchor, the anchor token,
-its position, the source). So one teacher-forced pass over each greedy output
-gives, for every anchor position p and slot i, the rank of the greedy token
-y[p+i] among the head's slot-i logits, and every tree shape is then replayed on
-those ranks:
+Would verifying a small *tree* of drafts (e.g. the head's top-2 at the first
+slot) in one verifier pass pay? At beta=1 the answer needs no tree decoder: a
+draft is accepted exactly when it equals the greedy token at its position, and
+the head's proposals at an anchor depend only on the greedy prefix up to it
+(the verifier state that predicted the anchor, the anchor token, its position,
+the source). So one teacher-forced pass over each greedy output gives, for
+every anchor position p and slot i, the rank of the greedy token y[p+i] among
+the head's slot-i logits, and every tree shape is then replayed on those ranks:
 
-- ``chain``: the linear drafts of today's engine (top-1 at each slot). Replaying
+- ``chain``: the linear drafts of the engine (top-1 at each slot). Replaying
   it must give the engine's own tokens per iteration (tested), which is what
   makes the other rows trustworthy;
 - ``product w1,w2,...``: every combination of the top-w_i candidates of slot i
@@ -19,11 +18,18 @@ those ranks:
   ranks below w_i. Verify positions: 1 + sum_i prod_{j<=i} w_j;
 - ``chain+leaves c``: the top-1 chain plus, at every depth, the next c-1
   candidates as leaves hanging off the chain: at the first miss the walk may
-  still take one leaf. Verify positions: 1 + K * c.
+  still take one leaf. Verify positions: 1 + K * c. The engine decodes these
+  trees (``--spec-candidates c``); the replay predicts its iterations exactly.
 
 Only the acceptance side is measured here; a tree's cost is that of a verify
-call with that many positions (``scripts/probe_runtimes.py --ks``) plus moving
+call with that many positions (``benchmarks/runtimes.py --ks``) plus moving
 the accepted path's keys/values into place.
+
+Example (from the repository root)::
+
+    python benchmarks/draft_trees.py --checkpoint models/gettext-de-en-tiny/model.pt \\
+        --data models/gettext-de-en-tiny --spm-model models/gettext-de-en-tiny/spm.model \\
+        --src-file work/gettext/raw/test.de --trees chain4 2,1,1,1 leaves2x4
 
 Shapes: L output tokens (EOS included), K slots, C model dim, V draft vocabulary.
 """
@@ -39,8 +45,8 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.options import LengthRules
 from nmt_specdec.errors import UserError
-from nmt_specdec.evaluation.probe_inputs import add_test_set_args, load_test_set
 
 NEVER = 1 << 30  # rank of a token the head cannot propose (outside its vocabulary, or pad)
 
@@ -210,11 +216,55 @@ def format_rows(report: Dict) -> str:
     return "\n".join(lines)
 
 
+class Inputs(NamedTuple):
+    """What a run decodes: the model, its task, the encoded sources, the length rules."""
+
+    model: torch.nn.Module
+    task: object
+    sources: List[Tensor]
+    rules: LengthRules
+
+
+def add_input_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="a SpecDec checkpoint (with a draft head)")
+    p.add_argument("--data", required=True, help="directory with the dictionaries")
+    p.add_argument("--src-file", required=True, help="raw source sentences, one per line")
+    p.add_argument("--spm-model", required=True)
+    p.add_argument("--max-sentences", type=int, default=500)
+    p.add_argument("--max-len-a", type=float, default=1.2)
+    p.add_argument("--max-len-b", type=int, default=10)
+
+
+def load_inputs(args: argparse.Namespace) -> Inputs:
+    """The model (fp32, eval mode; it must have a draft head), its task, the first
+    ``--max-sentences`` sources encoded, and fairseq's length rules."""
+    import sentencepiece
+    from fairseq import checkpoint_utils
+
+    try:
+        with open(args.src_file, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()[: args.max_sentences]
+    except OSError as err:
+        raise UserError(f"cannot read --src-file {args.src_file}: {err.strerror}") from None
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [args.checkpoint], arg_overrides={"data": args.data})
+    model = models[0].float().eval()
+    if not hasattr(model, "draft_head"):
+        raise UserError(f"{args.checkpoint} has no draft head")
+    spm = sentencepiece.SentencePieceProcessor(model_file=args.spm_model)
+    sources = [task.source_dictionary.encode_line(" ".join(spm.encode(line, out_type=str)),
+                                                  add_if_not_exist=False).long()
+               for line in lines]
+    rules = LengthRules(max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+                        max_positions=model.max_decoder_positions())
+    return Inputs(model, task, sources, rules)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_test_set_args(p)
+    add_input_args(p)
     p.add_argument("--trees", nargs="+",
                    default=["chain2", "2,1", "2,2", "leaves2x2", "chain4", "2,1,1,1",
                             "3,1,1,1", "2,2,1,1", "leaves2x4", "leaves3x4"])
@@ -239,5 +289,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def run(args) -> Dict:
     trees = [parse_tree(spec) for spec in args.trees]
     torch.set_num_threads(args.threads)
-    test = load_test_set(args)
+    test = load_inputs(args)
     return simulate(test.model, test.task, test.sources, trees, test.rules)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,23 +1,26 @@
-"""One verifier call on each candidate runtime (issue #19: keep the fastest maintained one).
+"""One verifier call on each candidate runtime: which CPU runtime should run the engine?
 
-The probe of ``../shared/probes/ort_step.py``, on the real checkpoint and the
-real graphs instead of random weights: the verify pass (N new positions
-against a cache of ``--past`` positions and a ``--source``-token memory) timed
+The verify pass of the real checkpoint and the real graphs (N new positions
+against a cache of ``--past`` positions and a ``--source``-token memory), timed
 on torch eager (the torch backend), torch eager and ``torch.compile`` of the
 exported graph module, ONNX Runtime fp32 (every logit in fp32, and the
 default: the output projection in 8 bits with its decisions certified in fp32,
 see :mod:`~nmt_specdec.decoding.backends.onnxruntime.projection`) and int8 (the
 onnxruntime backend's calls, I/O binding included) and OpenVINO (the all-fp32
-ONNX graph; skipped when
-not installed) in three settings: f32 with the dynamic shapes a decoder needs,
-f32 reshaped to this call's static shapes, and bf16 (OpenVINO's default
-precision on CPUs with bf16 units, which silently rounds the weights: not an
-fp32 result). Two more rows time the output projection alone (the
-(N, C) x (C, V) product every verify call ends with) on torch and on ONNX
-Runtime: it is memory-bound (V x C weights read per call), so it costs the same
-on every fp32 runtime and sets a floor under a greedy step. Prints ms per call at N=1 (a
-greedy step) and N=K+1 (a verification of K drafts), their ratio, and the
-speed of N=1 against torch eager. Entry point: ``scripts/probe_runtimes.py``.
+ONNX graph; skipped when not installed) in three settings: f32 with the dynamic
+shapes a decoder needs, f32 reshaped to this call's static shapes, and bf16
+(OpenVINO's default precision on CPUs with bf16 units, which silently rounds
+the weights: not an fp32 result). Two more rows time the output projection
+alone (the (N, C) x (C, V) product every verify call ends with) on torch and on
+ONNX Runtime: it is memory-bound (V x C weights read per call), so it costs the
+same on every fp32 runtime and sets a floor under a greedy step. Prints ms per
+call at N=1 (a greedy step) and N=K+1 (a verification of K drafts), their
+ratio, and the speed of N=1 against torch eager.
+
+Example (from the repository root)::
+
+    python benchmarks/runtimes.py --checkpoint models/gettext-de-en-tiny/model.pt \\
+        --data models/gettext-de-en-tiny --ks 2 4 6 8 12
 
 Shapes: B rows, N new positions, P past positions, S source, L layers, H heads,
 D head dim.
@@ -199,3 +202,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     print(format_rows(rows))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,16 +6,30 @@ at several batch sizes and counts sentences whose tokens differ from the
 batch-1 output, for: stock greedy ``SequenceGenerator``, SpecDec beta=1, and
 both again with ``--deterministic``. Then times deterministic vs plain at one
 batch size (median of repeats) and reports the share of recomputed tokens.
+Writes ``determinism.md`` and ``determinism.json`` into ``--out`` and prints the
+tables.
+
+Example (from the repository root)::
+
+    python benchmarks/determinism.py --checkpoint work/long/ckpt/checkpoint_last.pt \\
+        --data work/ding/bin --split test --max-sentences 100 --out results/determinism
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Dict, List, Sequence
 
 import torch
 from fairseq.dataclass.configs import GenerationConfig
+
+from nmt_specdec.errors import UserError
 
 MODES = {  # name -> (spec_decoding, deterministic)
     "stock greedy": (False, False),
@@ -119,5 +133,55 @@ def gen_config(max_len_a: float, max_len_b: int) -> GenerationConfig:
     return GenerationConfig(beam=1, max_len_a=max_len_a, max_len_b=max_len_b)
 
 
-def set_threads(threads: int) -> None:
-    torch.set_num_threads(threads)
+def parse_args(argv: List[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="binarized data directory")
+    p.add_argument("--split", default="test")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--timing-batch-size", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-sentences", type=int, default=None, help="first N sentence ids only")
+    p.add_argument("--max-len-a", type=float, default=0.0)
+    p.add_argument("--max-len-b", type=int, default=200)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=Path("results/determinism"))
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> str:
+    """Measures, writes ``--out`` and returns the markdown tables."""
+    for path in (args.checkpoint, args.data):
+        if not os.path.exists(path):
+            raise UserError(f"no such file or directory: {path}")
+    torch.set_num_threads(args.threads)
+    model, task = load(args.checkpoint, args.data, args.split)
+    gen_args = gen_config(args.max_len_a, args.max_len_b)
+    # A stock checkpoint has no draft head: only the greedy modes apply.
+    modes = list(MODES) if hasattr(model, "draft_head") else [m for m in MODES
+                                                              if "SpecDec" not in m]
+    dependence = batch_dependence(task, model, gen_args, args.split, args.batch_sizes,
+                                  modes, args.max_sentences)
+    costs = overhead(task, model, gen_args, args.split, args.timing_batch_size,
+                     args.repeats, args.max_sentences)
+    table = markdown(dependence, costs, args.batch_sizes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "determinism.md").write_text(table)
+    (args.out / "determinism.json").write_text(json.dumps(
+        {"threads": args.threads, "checkpoint": args.checkpoint, "dependence": dependence,
+         "overhead": costs}, indent=2))
+    return table
+
+
+def main(argv: List[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        print(run(args))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
