@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Prints the README Results table(s) from evaluation ``results.json`` files.
+"""Prints the results tables of docs/results.md from evaluation ``results.json`` files.
 
 Example::
 

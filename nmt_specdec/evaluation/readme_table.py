@@ -1,4 +1,4 @@
-"""The README's Results table, rebuilt from an evaluation's ``results.json``.
+"""The results tables of ``docs/results.md``, rebuilt from an evaluation's ``results.json``.
 
 Every figure in the table comes from the JSON, next to the command that
 produced it, so a reader can rerun any row and compare it with its printed
@@ -44,7 +44,8 @@ def readme_table(results: dict) -> str:
         lines.append("| " + " | ".join(format_cell(row, *column[1:])
                                        for column in README_COLUMNS) + " |")
     machine = results["machine"]
-    lines += ["", f"BLEU signature `{results['signatures']['bleu']}`. "
+    # Two lines (one paragraph in Markdown), so neither runs past the docs' line width.
+    lines += ["", f"BLEU signature `{results['signatures']['bleu']}`.",
               f"Machine: {machine.get('gpu') or machine.get('cpu')} ({machine['device']}), "
               f"{machine['torch_threads']} torch thread(s); CPU/wall time of the timed "
               f"passes {results['timing']['cpu_over_wall']:.2f}."]
