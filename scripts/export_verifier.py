@@ -10,14 +10,12 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch
+from fairseq import checkpoint_utils
 
-import torch  # noqa: E402
-from fairseq import checkpoint_utils  # noqa: E402
-
-import fairseq_plugins  # noqa: E402,F401  (safe checkpoint loading)
-from nmt_specdec.errors import UserError  # noqa: E402
-from nmt_specdec.export import verifier_state  # noqa: E402
+import fairseq_plugins  # noqa: F401  (safe checkpoint loading)
+from nmt_specdec.errors import UserError
+from nmt_specdec.export import verifier_state
 
 
 def run(checkpoint: str, output: str) -> None:

@@ -1,11 +1,14 @@
 #!/usr/bin/env python
 """Write a shippable model directory from a trained SpecDec checkpoint.
 
-    python scripts/ship_model.py --checkpoint work/head/model.pt \
-        --dictionaries ../shared/models/ding-tiny-ar --k 4 --out models/ding-de-en-tiny
+Example (from the repository root)::
+
+    python scripts/ship_model.py --checkpoint work/head/model.pt \\
+        --dictionaries VERIFIER_DIR --k 4 --corpus ding --out models/ding-de-en-tiny
 
 Writes ``model.pt`` (float16 weights, no training state, portable config),
-copies ``dict.*.txt`` and ``spm.model`` from ``--dictionaries``, and writes
+copies ``dict.*.txt`` and ``spm.model`` from ``--dictionaries`` (the directory
+of the stock verifier the head was trained on), and writes
 ``settings.json`` (the decoding settings the quickstart uses, and the sha256 of
 every file). The model card (``README.md``) is written by hand from the
 measured figures.
@@ -19,13 +22,8 @@ import shutil
 import sys
 from pathlib import Path
 
-try:
-    import nmt_specdec  # noqa: F401
-except ImportError:  # running from a checkout that is not pip-installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt_specdec.checkpoint_safety import load_checkpoint  # noqa: E402
-from nmt_specdec.shipping import save_compact, sha256  # noqa: E402
+from nmt_specdec.checkpoint_safety import load_checkpoint
+from nmt_specdec.shipping import save_compact, sha256
 
 
 def main(argv=None) -> int:
@@ -59,7 +57,8 @@ def main(argv=None) -> int:
         shutil.copyfile(path, args.out / path.name)
     files = sorted(p.name for p in args.out.iterdir()
                    if p.name not in ("README.md", "settings.json"))
-    settings = {"k": args.k, "candidates": args.candidates, "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
+    settings = {"k": args.k, "candidates": args.candidates,
+                "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
                 "corpus": args.corpus, "summary": args.summary,
                 "sha256": {name: sha256(args.out / name) for name in files},
                 "bytes": {name: (args.out / name).stat().st_size for name in files}}

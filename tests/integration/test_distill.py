@@ -18,8 +18,6 @@ from fairseq.data import Dictionary, data_utils
 from nmt_specdec.workflows import distill
 from nmt_specdec.data.steps import RecipeError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def _reverse_stub(calls: list[int]):
     """A Translate that returns each source reversed (EOS dropped)."""
@@ -132,7 +130,8 @@ def test_user_errors(toy_data_bin: Path, tiny_transformer_ckpt: Path,
     with pytest.raises(RecipeError, match="no binarized source"):
         distill.run(distill.DistillConfig(toy_data_bin, tiny_transformer_ckpt,
                                           tmp_path / "o", split="nosuch", cpu=True))
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "distill.py"),
+    # The console script pip installed beside this Python.
+    proc = subprocess.run([str(Path(sys.executable).with_name("nmt-specdec-distill")),
                            "--data", str(toy_data_bin), "--checkpoint",
                            str(tmp_path / "none.pt"), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True)

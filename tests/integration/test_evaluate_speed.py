@@ -1,4 +1,4 @@
-"""``scripts/evaluate_speed.py`` end to end on a tiny random-init model (issue #6).
+"""``nmt-specdec-evaluate`` end to end on a tiny random-init model.
 
 Everything is built in this process (no fairseq CLI subprocesses, which cost
 seconds each): toy reversal text, a toy SentencePiece model, a binarized test
@@ -8,16 +8,16 @@ them. The numbers are not checked, only the files' schema and sanity bounds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tests.helpers.fairseq_toy import make_toy_data
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "evaluate_speed.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY_DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
              "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
              "--encoder-layers", "1", "--decoder-layers", "1",
@@ -35,10 +35,11 @@ SPECDEC_KEYS = {"k": int, "beta": int, "tau": float, "mean_accepted_tokens": flo
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """What ``nmt-specdec-evaluate`` runs: its ``main``, ``run`` and ``EvalConfig``."""
+    import fairseq_plugins  # noqa: F401  (registers the task and model; safe loader)
+    from nmt_specdec.evaluation import cli, config, pipeline
+
+    return SimpleNamespace(main=cli.main, run=pipeline.run, EvalConfig=config.EvalConfig)
 
 
 def _spm_pieces(raw: Path, root: Path):
@@ -329,21 +330,32 @@ def test_bad_out_dir_fails_before_decoding(toy: dict, monkeypatch) -> None:
         toy["script"].run(_config(toy, str(toy["spm"] / "results")))  # under a file
 
 
-def test_refuses_to_load_without_the_safe_loader(toy: dict, monkeypatch) -> None:
+def test_loads_through_the_safe_loader_where_none_is_installed(toy: dict, monkeypatch) -> None:
+    """As in a process that never imported the plugin: fairseq's own loader."""
     from fairseq import checkpoint_utils
 
-    from nmt_specdec.errors import UserError
+    from nmt_specdec.evaluation import loading
 
-    monkeypatch.setattr(checkpoint_utils, "load_checkpoint_to_cpu", lambda *a, **k: {})
-    with pytest.raises(UserError, match="import fairseq_plugins"):
-        toy["script"].run(_config(toy, "unsafe"))
+    monkeypatch.setattr(checkpoint_utils, "load_checkpoint_to_cpu",
+                        checkpoint_utils.load_checkpoint_to_cpu.__wrapped__)
+    monkeypatch.setattr(checkpoint_utils, "torch", torch)
+    weights_only = []
+    plain_load = torch.load
+
+    def recording_load(*args, **kwargs):
+        weights_only.append(kwargs.get("weights_only"))
+        return plain_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording_load)
+    loading.load_checkpoint(_config(toy, "unused"), torch.device("cpu"))
+    assert weights_only and all(weights_only)
 
 
 def test_console_entry_point_is_declared() -> None:
     import importlib
     import tomllib
 
-    pyproject = tomllib.loads((SCRIPT.parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     entry = pyproject["project"]["scripts"]["nmt-specdec-evaluate"]
     module, _, name = entry.partition(":")
     assert callable(getattr(importlib.import_module(module), name))

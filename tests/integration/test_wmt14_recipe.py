@@ -19,7 +19,6 @@ import pytest
 from nmt_specdec.data import wmt14
 from nmt_specdec.data.steps import RecipeError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 WORDS = [("haus", "house"), ("katze", "cat"), ("hund", "dog"), ("baum", "tree"),
          ("rot", "red"), ("gross", "big"), ("klein", "small"), ("und", "and"),
          ("der", "the"), ("sieht", "sees"), ("wasser", "water"), ("stadt", "city")]
@@ -149,8 +148,8 @@ def test_corrupt_archive_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
-    script = str(REPO_ROOT / "scripts" / "prepare_wmt14.py")
-    proc = subprocess.run([sys.executable, script, "--out", str(tmp_path / "o"),
+    script = str(Path(sys.executable).with_name("nmt-specdec-prepare-wmt14"))  # pip's console script
+    proc = subprocess.run([script, "--out", str(tmp_path / "o"),
                            "--raw-dir", str(tmp_path / "nope")],
                           capture_output=True, text=True)
     assert proc.returncode == 2
