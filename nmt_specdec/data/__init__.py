@@ -15,8 +15,8 @@ Modules:
 Workflows that use a model (quickstart, distillation, add-draft-head,
 training) live in :mod:`nmt_specdec.workflows`.
 
-The command-line entry points live in ``scripts/prepare_ding.py``,
-``scripts/prepare_gettext.py`` and ``scripts/prepare_wmt14.py``.
+The command-line entry points are the console scripts ``nmt-specdec-prepare-ding``,
+``nmt-specdec-prepare-gettext`` and ``nmt-specdec-prepare-wmt14``.
 """
 
 from nmt_specdec.data.steps import RecipeError

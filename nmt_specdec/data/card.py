@@ -62,7 +62,8 @@ def _median(hist: Counter, total: int) -> int:
 def command_line(argv: Sequence[str] | None = None) -> str:
     """Shell-quoted command that reproduces this run (for the data card)."""
     args = list(sys.argv if argv is None else argv)
-    return " ".join(shlex.quote(a) for a in ["python", *args])
+    args[0] = Path(args[0]).name  # the console script, not its path on this machine
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def vocab_argv(model_dir, spm_model, dict_path) -> list[str]:

@@ -9,8 +9,8 @@ Output layout under ``--out``::
     bin/                             fairseq-preprocess output (dict.de.txt ...)
 
 Every step is skipped when its outputs exist and were built with the same
-settings, so rerunning the command is cheap. Entry points:
-``scripts/prepare_ding.py`` and ``nmt-specdec-prepare-ding``.
+settings, so rerunning the command is cheap. Entry point:
+``nmt-specdec-prepare-ding``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class DingConfig:
 
 def equivalent_command(cfg: DingConfig, corpus: Path) -> str:
     """A command line that rebuilds exactly these outputs (for the data card)."""
-    argv = ["scripts/prepare_ding.py", "--ding-file", str(corpus),
+    argv = ["nmt-specdec-prepare-ding", "--ding-file", str(corpus),
             "--out", str(cfg.out),
             "--vocab-size", str(cfg.vocab_size), "--valid-size", str(cfg.valid_size),
             "--test-size", str(cfg.test_size), "--min-words", str(cfg.min_words),

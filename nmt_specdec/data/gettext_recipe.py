@@ -11,7 +11,7 @@ Output layout under ``--out``::
 
 Every step is reused when its outputs exist and its settings are unchanged;
 an interrupted ``catalogs`` step continues with the next package. Entry
-points: ``scripts/prepare_gettext.py`` and ``nmt-specdec-prepare-gettext``.
+point: ``nmt-specdec-prepare-gettext``.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def _assignment(cfg: GettextConfig, sizes: dict[str, int],
 
 def equivalent_command(cfg: GettextConfig) -> str:
     """A command line that rebuilds these outputs (for the data card)."""
-    argv = ["scripts/prepare_gettext.py", "--out", str(cfg.out)]
+    argv = ["nmt-specdec-prepare-gettext", "--out", str(cfg.out)]
     if cfg.deb_dir is not None:
         argv += ["--deb-dir", str(cfg.deb_dir)]
     elif cfg.packages:

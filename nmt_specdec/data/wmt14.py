@@ -9,8 +9,8 @@ Archives are downloaded into ``--raw-dir`` (default ``{out}/orig``) unless
 they are already there under their original names, so users without
 internet can copy them in and pass ``--offline``. Output layout under
 ``--out`` is the one of the Ding recipe: ``raw/``, ``DATA_CARD.md``,
-``spm.model``, ``spm/`` and ``bin/``. Entry points:
-``scripts/prepare_wmt14.py`` and ``nmt-specdec-prepare-wmt14``.
+``spm.model``, ``spm/`` and ``bin/``. Entry point:
+``nmt-specdec-prepare-wmt14``.
 """
 
 from __future__ import annotations
