@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
+from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
 from nmt_specdec.decoding.options import DRAFTERS, default_spec_k, parse_spec_k
 from nmt_specdec.errors import UserError
@@ -453,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="fairseq plugin to register (default: this project's fairseq_plugins)",
     )
+    logs.add_verbose_flag(parser)
     return parser
 
 
@@ -473,12 +475,10 @@ def register_plugin(user_dir: Optional[str]) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``nmt-specdec-translate``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="%(levelname)s: %(message)s"
-    )
+    logs.setup(args.verbose)  # before fairseq's import configures logging
     try:
         register_plugin(args.user_dir)
-        values = {k: v for k, v in vars(args).items() if k != "user_dir"}
+        values = {k: v for k, v in vars(args).items() if k not in ("user_dir", "verbose")}
         run(TranslateConfig(**values))
     except UserError as err:
         sys.stdout.flush()

@@ -11,23 +11,25 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import logging
 import os
 import shlex
 import sys
 from typing import List, Optional
 
+from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
 from nmt_specdec.decoding.options import DRAFTERS
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
-from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, TIME_SPLIT_PNG, run
-from nmt_specdec.evaluation.report import markdown_table
 
 _PLUGIN_PACKAGE = "fairseq_plugins"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The pipeline and the report import fairseq, which logs while it is imported:
+    # main() sets logging up first, so they are imported in functions, not here.
+    from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD
+
     parser = argparse.ArgumentParser(
         prog="nmt-specdec-evaluate",
         description="Decode one test set with fairseq's SequenceGenerator (beam 1, "
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fairseq plugin to register before loading (default: this "
         "project's fairseq_plugins)",
     )
+    logs.add_verbose_flag(parser)
     return parser
 
 
@@ -192,6 +195,8 @@ def _add_decoding_args(group) -> None:
 
 
 def _add_timing_args(group) -> None:
+    from nmt_specdec.evaluation.pipeline import TIME_SPLIT_PNG
+
     group.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     group.add_argument(
         "--repeats",
@@ -233,7 +238,8 @@ def _add_timing_args(group) -> None:
 
 
 def config_from_args(args: argparse.Namespace, argv: List[str]) -> EvalConfig:
-    values = {name: value for name, value in vars(args).items() if name != "user_dir"}
+    values = {name: value for name, value in vars(args).items()
+              if name not in ("user_dir", "verbose")}
     values = {
         name: tuple(v) if isinstance(v, list) else v for name, v in values.items()
     }
@@ -259,9 +265,12 @@ def _default_user_dir() -> Optional[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     """Parses, runs, prints the markdown table; user mistakes exit 2 with one line."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    logs.setup()  # quiet before the parser imports fairseq; --verbose is read next
     args = build_parser().parse_args(argv)
-    # Importing fairseq leaves the root logger at DEBUG (matplotlib would flood it).
-    logging.getLogger().setLevel(logging.WARNING)
+    logs.setup(args.verbose)
+    from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, TIME_SPLIT_PNG, run
+    from nmt_specdec.evaluation.report import markdown_table
+
     try:
         register_plugin(args.user_dir)
         results = run(config_from_args(args, argv))

@@ -1,6 +1,6 @@
 """Add a SpecDec draft head to a trained fairseq Transformer, verifier untouched.
 
-One resumable command (``nmt-specdec-add-draft-head``, ``scripts/add_draft_head.py``):
+One resumable command (``nmt-specdec-add-draft-head``):
 
 1. ``distill``: the verifier translates the training (and valid) source itself,
    greedy by default: with beta=1 SpecDec accepts exactly what the verifier's
@@ -17,6 +17,7 @@ One resumable command (``nmt-specdec-add-draft-head``, ``scripts/add_draft_head.
    acceptance per slot on the valid split with beta=1.
 
 Each step is an ordinary fairseq command underneath; the flags are logged.
+The libraries' INFO logs are shown only with ``-v/--verbose``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List
 
+from nmt_specdec import logs
 from nmt_specdec.workflows import distill, train_recipe
 from nmt_specdec.data.steps import (
     LOG,
@@ -304,11 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm-model", type=Path, default=None,
                    help="SentencePiece model that encodes --extra-source")
     p.add_argument("--extra-max-lines", type=int, default=d.extra_max_lines)
+    logs.add_verbose_flag(p)
     return p
 
 
 def main(argv: List[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
+    logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
     setup_logging()
     return report_user_errors(lambda: _print(run(AddHeadConfig(**args))))
 

@@ -10,7 +10,8 @@ complete data directory (``--verifier-on-distilled``).
 
 Work is done in chunks of sentences; each chunk is written atomically to
 ``{out}/chunks/`` and skipped by a rerun, so an interrupted run resumes.
-Entry points: ``scripts/distill.py`` and ``nmt-specdec-distill``.
+Progress is logged; the libraries' INFO logs only with ``-v/--verbose``.
+Entry point: ``nmt-specdec-distill``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from nmt_specdec import logs
 from nmt_specdec.data.steps import (
     LOG,
     OneLineParser,
@@ -345,11 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-a", type=float, default=d.max_len_a)
     p.add_argument("--lenpen", type=float, default=d.lenpen)
     p.add_argument("--cpu", action="store_true", help="do not use CUDA")
+    logs.add_verbose_flag(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags and run; user mistakes exit 2 with one line."""
     args = vars(build_parser().parse_args(argv))
+    logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
     setup_logging()
     return report_user_errors(lambda: run(DistillConfig(**args)))

@@ -1,10 +1,18 @@
-"""Quickstart: a shipped model on its test set, or (``--train``) from scratch.
+"""Quickstart: decode a test set with a shipped model, or (``--train``) train one.
 
-By default the quickstart decodes the gettext test split with the pretrained
-model shipped in ``models/gettext-de-en-tiny`` (``--model`` picks another, e.g.
-``models/ding-de-en-tiny``; :mod:`nmt_specdec.workflows.quickstart_pretrained`).
-With ``--train`` it trains a tiny joint model on the CPU instead, in three
-reusable steps, stamped under ``{work}/quickstart/.stamps``:
+By default the quickstart decodes the first 200 sentences of the gettext test
+split with the pretrained model shipped in ``models/gettext-de-en-tiny``
+(``--model models/ding-de-en-tiny`` decodes the Ding test split instead):
+fairseq's greedy and beam 5, this project's greedy and SpecDec rows and
+CTranslate2's, timed at batch size 1; then a few example translations, and
+``results/quickstart/report.md`` with ``bleu_vs_speedup.png``. Nothing is
+trained and only the held-out data is downloaded
+(:mod:`nmt_specdec.workflows.quickstart_pretrained`; its steps are stamped under
+``{work}/quickstart_pretrained/.stamps`` and reused on a rerun).
+
+With ``--train`` it trains a tiny joint model on the CPU instead (it will not
+translate well), in three reusable steps
+(:mod:`nmt_specdec.workflows.quickstart_train`):
 
 1. ``data``: the Ding recipe (:mod:`nmt_specdec.data.ding_recipe`) into
    ``{work}/ding`` (its own steps are stamped, so a finished corpus is reused);
@@ -12,28 +20,29 @@ reusable steps, stamped under ``{work}/quickstart/.stamps``:
    (:mod:`nmt_specdec.data.gettext_recipe`) into ``{work}/gettext`` instead;
 2. ``train``: ``fairseq-train`` with the hyper-parameters of
    ``conf/cpu_tiny.yaml`` (gettext: ``conf/cpu_tiny_gettext.yaml``) and a
-   wall-clock budget (``--stop-time-hours``); an interrupted run resumes, a
+   wall-clock budget (``--train-minutes``); an interrupted run resumes, a
    finished one with the same settings is reused;
 3. ``eval``: :func:`nmt_specdec.evaluation.pipeline.run` on the first
    sentences of the corpus's test split, batch size 1: stock greedy, stock
    beam 5, SpecDec beta=1 (exactly greedy) and a relaxed SpecDec row.
 
-Each corpus has its own model and report directories (``{work}/quickstart``
-and ``results/quickstart`` for Ding, ``..._gettext`` for gettext), so
-switching corpus never discards the other one's checkpoints.
+Each mode and corpus keeps its own model and report directories
+(``{work}/quickstart_train`` and ``results/quickstart_train`` for Ding,
+``..._gettext`` for gettext), so switching never discards another's results.
 
-``report.md`` is rewritten on every run from the stored results. Entry points:
-``scripts/quickstart.py``, ``make quickstart``, ``nmt-specdec-quickstart``.
+Progress bars and this project's progress lines are shown; the libraries' INFO
+logs only with ``-v/--verbose``. ``report.md`` is rewritten on every run from
+the stored results. Entry points: ``make quickstart``, ``scripts/quickstart.py``,
+``nmt-specdec-quickstart``.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt_specdec import logs
 from nmt_specdec.data.steps import (
     OneLineParser,
     RecipeError,
@@ -51,8 +60,8 @@ class QuickstartConfig:
     """Settings of the quickstart (mirrors the command-line flags).
 
     Attributes:
-        work: Working directory (data in ``work/<corpus>``, model in
-            ``work/quickstart``, or ``work/quickstart_gettext``).
+        work: Working directory (data in ``work/<corpus>``; with ``--train`` the
+            model in ``work/quickstart_train`` or ``work/quickstart_gettext``).
         out: Where ``report.md``, ``results.json`` and the plot go (None:
             ``results/quickstart``, or ``results/quickstart_gettext``).
         recipe: Hydra training recipe holding the hyper-parameters (None: the
@@ -155,16 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deb-dir", type=Path, default=None,
                    help="--corpus gettext: read .deb files / .mo directories from "
                    "here instead of running apt-get download")
+    logs.add_verbose_flag(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags and run; user mistakes exit 2 with one line."""
     args = vars(build_parser().parse_args(argv))
-    # Claim the root logger before fairseq/matplotlib do (their DEBUG chatter).
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
     setup_logging()
     return report_user_errors(lambda: run(QuickstartConfig(**args)))
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from nmt_specdec import logs
+
 BLOCK = 32
 ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
@@ -56,7 +58,8 @@ def quantize_graph(path: Path, only_under: Optional[str] = None) -> None:
         raise RuntimeError(f"no matrix product under {only_under} in {path.name}")
     quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=BLOCK, is_symmetric=True,
                                      accuracy_level=ACCURACY_LEVEL, nodes_to_exclude=exclude)
-    quantizer.process()
+    with logs.quiet("onnxruntime.quantization"):  # one INFO line per matrix product
+        quantizer.process()
     quantizer.model.save_model_to_file(str(path))
 
 
