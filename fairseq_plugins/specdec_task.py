@@ -20,7 +20,7 @@ from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from fairseq_plugins import inference_inputs, load_guards  # noqa: F401  (issue #8)
+from fairseq_plugins import inference_inputs
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
 from fairseq_plugins.generators import build_decoder
 from fairseq_plugins.generation_stats import log_stats_at_exit
@@ -136,7 +136,7 @@ class TranslationSpecDecTask(TranslationTask):
         _validate_decoding_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
 
-    # -- hostile raw input (issue #8): see fairseq_plugins/inference_inputs.py --
+    # -- hostile raw input: see fairseq_plugins/inference_inputs.py --
 
     @classmethod
     def setup_task(cls, cfg: TranslationSpecDecConfig, **kwargs):
@@ -262,21 +262,3 @@ def _load_head_weights(model, path: str) -> None:
     logger.info("draft head from %s (%d tensors fresh: %s)", path, len(missing),
                 sorted({k.split(".")[0] for k in missing}) or "none")
 
-
-def specdec_task_for(task):
-    """A stock ``translation`` task's settings and dictionaries under
-    ``translation_specdec``, whose generator decodes with the engine: a stock
-    transformer decodes with ``--spec-k 0`` or ``--spec-drafter verifier-int8``
-    (nmt-specdec-translate and nmt-specdec-evaluate load stock checkpoints so).
-    Any other task is returned as it is."""
-    import dataclasses
-
-    from fairseq.tasks.translation import TranslationTask
-
-    if isinstance(task, TranslationSpecDecTask) or not isinstance(task, TranslationTask):
-        return task
-    names = {f.name for f in dataclasses.fields(TranslationSpecDecConfig)}
-    settings = {name: getattr(task.cfg, name) for name in names
-                if name != "_name" and name in task.cfg}
-    return TranslationSpecDecTask(TranslationSpecDecConfig(**settings), task.src_dict,
-                                  task.tgt_dict)

@@ -11,8 +11,8 @@ loads with ``weights_only=True`` inside a ``safe_globals`` context holding the
 minimal allowlist below, and turns every failure into a one-line
 :class:`~nmt_specdec.errors.CheckpointError`.
 
-This module is pure logic: it does not import fairseq. The fairseq glue lives
-in ``fairseq_plugins/checkpoint_safety.py``.
+This module is pure logic: it does not import fairseq.
+:mod:`nmt_specdec.checkpoints` makes fairseq's loaders use it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ A PyTorch file that is not a fairseq checkpoint at all (a bare
 loaded plugin registered with an ``IndexError`` from a broken format string;
 :func:`foreign_checkpoint` recognises both from the unpickled state.
 
-Pure logic: no fairseq import. The glue is ``fairseq_plugins/load_guards.py``.
+Pure logic: no fairseq import. :mod:`nmt_specdec.checkpoints` wraps fairseq's
+loaders with it.
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ Shapes: B sentences in a batch, S source pieces.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import sys
@@ -41,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
+from nmt_specdec import checkpoints
 from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
 from nmt_specdec.decoding.options import DRAFTERS, default_spec_k, parse_spec_k
@@ -146,7 +146,7 @@ class Translator(NamedTuple):
 
 
 def load_translator(cfg: TranslateConfig) -> Translator:
-    """Loads the checkpoint (through the plugin's safe loader) and the generator.
+    """Loads the checkpoint (safely, see :mod:`nmt_specdec.checkpoints`) and the generator.
 
     Raises:
         UserError: a missing or foreign file, a checkpoint that cannot run the
@@ -178,37 +178,11 @@ def load_translator(cfg: TranslateConfig) -> Translator:
 
 
 def _load_model(cfg: TranslateConfig):
-    from fairseq import checkpoint_utils
-
-    overrides = {
-        name: value
-        for name, value in (
-            ("data", cfg.data),
-            ("source_lang", cfg.source_lang),
-            ("target_lang", cfg.target_lang),
-        )
-        if value is not None
-    }
-    try:
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [cfg.checkpoint], arg_overrides=overrides
-        )
-    except FileNotFoundError as err:
-        raise UserError(
-            f"cannot load {cfg.checkpoint}: no such file {err.filename}; pass "
-            "--data DIR holding the checkpoint's dict.SRC.txt and "
-            "dict.TGT.txt"
-        ) from None
-    except KeyError as err:
-        raise UserError(
-            f"{cfg.checkpoint} needs a task or architecture that is not "
-            f"registered ({err}); is it a fairseq translation checkpoint?"
-        ) from None
-    if cfg.spec_decoding:
-        from fairseq_plugins.specdec_task import specdec_task_for
-
-        task = specdec_task_for(task)
-    return models[0], task
+    """The model and task; under ``--spec-decoding`` a stock checkpoint's task is
+    ``translation_specdec``, whose generator decodes with the engine."""
+    overrides = {"data": cfg.data, "source_lang": cfg.source_lang,
+                 "target_lang": cfg.target_lang}
+    return checkpoints.load(cfg.checkpoint, overrides, specdec_task=cfg.spec_decoding)
 
 
 def _check_specdec(cfg: TranslateConfig, task, model) -> None:
@@ -458,26 +432,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def register_plugin(user_dir: Optional[str]) -> None:
-    """Imports the fairseq plugin: task/model registration and the safe loader."""
-    from fairseq import utils
-
-    if user_dir is None:
-        spec = importlib.util.find_spec("fairseq_plugins")
-        if spec is None or spec.origin is None:
-            raise UserError("cannot find the fairseq_plugins package; pass --user-dir")
-        user_dir = os.path.dirname(spec.origin)
-    if not os.path.isdir(user_dir):
-        raise UserError(f"--user-dir: no such directory {user_dir}")
-    utils.import_user_module(argparse.Namespace(user_dir=user_dir))
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``nmt-specdec-translate``; returns the exit status."""
     args = build_parser().parse_args(argv)
     logs.setup(args.verbose)  # before fairseq's import configures logging
     try:
-        register_plugin(args.user_dir)
+        checkpoints.register_plugin(args.user_dir)
         values = {k: v for k, v in vars(args).items() if k not in ("user_dir", "verbose")}
         run(TranslateConfig(**values))
     except UserError as err:

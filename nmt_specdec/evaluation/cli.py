@@ -10,19 +10,17 @@ Example::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shlex
 import sys
 from typing import List, Optional
 
+from nmt_specdec import checkpoints
 from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
 from nmt_specdec.decoding.options import DRAFTERS
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
-
-_PLUGIN_PACKAGE = "fairseq_plugins"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument(
         "--user-dir",
-        default=_default_user_dir(),
+        default=None,
         metavar="DIR",
         help="fairseq plugin to register before loading (default: this "
         "project's fairseq_plugins)",
@@ -246,22 +244,6 @@ def config_from_args(args: argparse.Namespace, argv: List[str]) -> EvalConfig:
     return EvalConfig(**values, command=shlex.join(["nmt-specdec-evaluate", *argv]))
 
 
-def register_plugin(user_dir: Optional[str]) -> None:
-    """Imports the fairseq plugin as ``fairseq-generate --user-dir`` does."""
-    if user_dir is None:
-        raise UserError("no fairseq plugin found: pass --user-dir PATH/fairseq_plugins")
-    from fairseq import utils
-
-    utils.import_user_module(argparse.Namespace(user_dir=user_dir))
-
-
-def _default_user_dir() -> Optional[str]:
-    spec = importlib.util.find_spec(_PLUGIN_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.abspath(list(spec.submodule_search_locations)[0])
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Parses, runs, prints the markdown table; user mistakes exit 2 with one line."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -272,7 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from nmt_specdec.evaluation.report import markdown_table
 
     try:
-        register_plugin(args.user_dir)
+        checkpoints.register_plugin(args.user_dir)
         results = run(config_from_args(args, argv))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -8,58 +8,29 @@ from types import SimpleNamespace
 from typing import Iterator, Tuple
 
 import torch
-from fairseq import checkpoint_utils
 from fairseq.dataclass.configs import GenerationConfig
 from torch import nn
 
+from nmt_specdec import checkpoints
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import DecoderSpec, EvalConfig
-
-# Set by fairseq_plugins/checkpoint_safety.py on the loader it installs.
-_SAFE_LOADER_MARK = "_nmt_specdec_safe"
 
 
 def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, object]:
     """Loads one model and its task (dictionaries: ``--data`` or the checkpoint's dir).
 
-    The fairseq plugin must already be registered: its import installs the safe
-    checkpoint loader that ``load_model_ensemble_and_task`` then goes through.
+    Through :func:`nmt_specdec.checkpoints.load`; the plugin defining the
+    checkpoint's model must be registered (the command line does it).
 
     Returns:
         ``(model, task)``, the model in eval mode on ``device``.
     """
-    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, _SAFE_LOADER_MARK, False):
-        # Never unpickle a checkpoint with fairseq's plain torch.load.
-        raise UserError(
-            "the fairseq plugin is not registered: `import fairseq_plugins` "
-            "(or pass --user-dir) before evaluating, so that checkpoints "
-            "load through the safe loader"
-        )
-    overrides = {"data": cfg.data or os.path.dirname(os.path.abspath(cfg.checkpoint))}
-    if cfg.source_lang:
-        overrides["source_lang"] = cfg.source_lang
-    if cfg.target_lang:
-        overrides["target_lang"] = cfg.target_lang
-    try:
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [cfg.checkpoint], arg_overrides=overrides
-        )
-    except FileNotFoundError as err:
-        raise UserError(
-            f"cannot load {cfg.checkpoint} with dictionaries from "
-            f"{overrides['data']}: {err} (pass --data DIR holding "
-            "dict.SRC.txt and dict.TGT.txt, and --source-lang/--target-lang)"
-        ) from err
-    except KeyError as err:
-        raise UserError(
-            f"{cfg.checkpoint} needs a task or architecture that is not "
-            f"registered ({err}); is its --user-dir plugin loaded?"
-        ) from err
-    if not cfg.stock_only:  # a stock transformer decodes with the engine too
-        from fairseq_plugins.specdec_task import specdec_task_for
-
-        task = specdec_task_for(task)
-    model = models[0].to(device)
+    overrides = {"data": cfg.data or os.path.dirname(os.path.abspath(cfg.checkpoint)),
+                 "source_lang": cfg.source_lang or None,
+                 "target_lang": cfg.target_lang or None}
+    # Not stock-only: a stock transformer decodes with the engine too.
+    model, task = checkpoints.load(cfg.checkpoint, overrides, specdec_task=not cfg.stock_only)
+    model = model.to(device)
     # As fairseq-generate: eval mode, generation-only optimisations.
     model.prepare_for_inference_(
         SimpleNamespace(generation=generation_config(cfg, beam=1))

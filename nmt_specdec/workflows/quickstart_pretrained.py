@@ -103,16 +103,12 @@ def eval_config(cfg, model_dir: Path, raw_dir: Path):
 
 def translate_examples(model_dir: Path = MODEL_DIR) -> List[Dict]:
     """The example sentences through ``nmt-specdec-translate``'s code path (SpecDec)."""
-    from nmt_specdec.translate import (
-        TranslateConfig,
-        load_translator,
-        register_plugin,
-        translate_lines,
-    )
+    from nmt_specdec import checkpoints
+    from nmt_specdec.translate import TranslateConfig, load_translator, translate_lines
 
-    # The safe loader and the task come with the plugin; the evaluation step used
-    # to import it first, but a reused evaluation (outputs up to date) does not.
-    register_plugin(None)
+    # The task and model come with the plugin; the evaluation step registers it
+    # too, but a reused evaluation (outputs up to date) does not run.
+    checkpoints.register_plugin()
     settings = model_settings(model_dir)
     cfg = TranslateConfig(checkpoint=str(model_dir / "model.pt"),
                           spm_model=str(model_dir / "spm.model"), data=str(model_dir),

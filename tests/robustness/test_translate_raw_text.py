@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nmt_specdec import checkpoints
 from nmt_specdec import translate as tr
 from tests.robustness.toy_models import (
     HOSTILE_INVALID_LINE,
@@ -41,7 +42,7 @@ def _config(toy, **overrides) -> tr.TranslateConfig:
 
 @pytest.fixture(scope="module")
 def translator(raw_text_toy) -> tr.Translator:
-    tr.register_plugin(None)
+    checkpoints.register_plugin()
     return tr.load_translator(_config(raw_text_toy))
 
 
