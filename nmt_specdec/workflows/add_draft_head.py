@@ -176,8 +176,10 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
     """``fairseq-train`` flags of the head-only training step."""
     import torch
 
+    from nmt_specdec.checkpoints import plugin_dir
+
     flags = [
-        str(data), "--user-dir", str(REPO_ROOT / "fairseq_plugins"),
+        str(data), "--user-dir", plugin_dir(),
         "--task", "translation_specdec", "-s", src, "-t", tgt,
         "--arch", "specdec_transformer", *verifier_arch_flags(model_args),
         "--draft-layers", str(cfg.layers), "--draft-block-size", str(cfg.k),

@@ -306,26 +306,18 @@ def run(cfg: DistillConfig, translate: Translate | None = None) -> Path:
 
 
 def _load(cfg: DistillConfig):
-    """Load the checkpoint (through the plugin's safe loader) and its task."""
+    """Load the checkpoint (safely, see :mod:`nmt_specdec.checkpoints`) and its task."""
     import torch
-    from fairseq import checkpoint_utils
 
-    import fairseq_plugins  # noqa: F401  (registers the task/model, safe loading)
+    from nmt_specdec import checkpoints
 
-    overrides = {"data": str(cfg.data)}
-    if cfg.source_lang:
-        overrides["source_lang"] = cfg.source_lang
-    if cfg.target_lang:
-        overrides["target_lang"] = cfg.target_lang
-    try:
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [str(cfg.checkpoint)], arg_overrides=overrides)
-    except (FileNotFoundError, KeyError) as exc:
-        raise RecipeError(f"cannot load {cfg.checkpoint} with data {cfg.data}: {exc}"
-                          ) from None
+    checkpoints.register_plugin()
+    overrides = {"data": str(cfg.data), "source_lang": cfg.source_lang or None,
+                 "target_lang": cfg.target_lang or None}
+    model, task = checkpoints.load(str(cfg.checkpoint), overrides)
     use_cuda = torch.cuda.is_available() and not cfg.cpu
     device = torch.device("cuda" if use_cuda else "cpu")
-    model = models[0].to(device).eval()
+    model = model.to(device).eval()
     return task, model, device
 
 

@@ -68,17 +68,16 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
         K=0 is the engine's greedy; the oracle figure is the ceiling at that K on
         the same sentences (a drafter that always proposes greedy's output).
     """
-    from fairseq import checkpoint_utils
     from fairseq.sequence_generator import SequenceGenerator
 
-    import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
+    from nmt_specdec import checkpoints
     from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 
     torch.set_num_threads(threads)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data)})
-    model = models[0].eval()
+    checkpoints.register_plugin()
+    model, task = checkpoints.load(str(checkpoint), {"data": str(data)})
+    model = model.eval()
     head = model.draft_head
     if refine_steps is not None and len(head.refine_layers):
         head.refine_steps = refine_steps

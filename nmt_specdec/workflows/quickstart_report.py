@@ -4,9 +4,10 @@ from __future__ import annotations
 
 
 def evaluate(eval_cfg) -> None:
-    import fairseq_plugins  # noqa: F401  (registers the task/model, safe loading)
+    from nmt_specdec import checkpoints
     from nmt_specdec.evaluation import pipeline
 
+    checkpoints.register_plugin()
     pipeline.run(eval_cfg)
 
 

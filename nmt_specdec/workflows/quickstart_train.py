@@ -32,10 +32,12 @@ CORPORA = {
 
 def train_flags(cfg, data_bin: Path, save_dir: Path) -> list[str]:
     """``fairseq-train`` flags: the recipe file plus the quickstart's overrides."""
+    from nmt_specdec.checkpoints import plugin_dir
+
     overrides = {
         **QUICK_OVERRIDES,
         "task.data": str(data_bin),
-        "common.user_dir": str(REPO_ROOT / "fairseq_plugins"),
+        "common.user_dir": plugin_dir(),
         "common.log_interval": 10,  # a progress line every ~10-20 s on 2 cores
         "checkpoint.save_dir": str(save_dir),
         "optimization.stop_time_hours": round(cfg.train_minutes / 60, 6),
