@@ -8,18 +8,33 @@ Shapes: B rows, K draft slots, C' candidates per slot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, NamedTuple, Optional
+from collections import Counter
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol
 
 import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 
-if TYPE_CHECKING:  # the backend imports this module
-    from nmt_specdec.decoding.backends.onnxruntime.session import Memory, OrtBackend
-
-
 _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
+
+
+# What the drafters use of the backend (``session.OrtBackend``) and of its
+# encoder output (``session.Memory``), as protocols: the backend module
+# imports this one, so importing it back would make an import cycle.
+class DraftGraphs(Protocol):
+    calls: Counter  # runtime calls by kind
+    draft_session: Any  # the draft graph's session, replaced on re-export
+    fused_drafter: Optional["FusedDrafter"]  # who drafts from fused calls this batch
+
+
+class DraftMemory(Protocol):
+    mask: Tensor  # (B, 1, 1, S)
+    draft: List[Tensor]  # the draft head's keys and values
+
+    def keep_rows(self, rows: Tensor) -> "DraftMemory": ...
+
+    def _replace(self, **fields: Any) -> "DraftMemory": ...
 
 
 class Pending(NamedTuple):
@@ -49,14 +64,14 @@ def candidate_slots(count: int) -> Tensor:
 class OrtDrafter(Drafter):
     """The draft head's graph as a :class:`Drafter`."""
 
-    def __init__(self, start_state: Tensor, backend: "OrtBackend"):
+    def __init__(self, start_state: Tensor, backend: DraftGraphs):
         # The session is read from the backend at each call: it is replaced when
         # the model's weights change (re-export).
         self.start_state, self.backend = start_state, backend
-        self.memory: Optional["Memory"] = None
+        self.memory: Optional[DraftMemory] = None
         self._out: Dict[tuple, Tensor] = {}
 
-    def start_batch(self, sample: dict, encoder_out: "Memory") -> None:
+    def start_batch(self, sample: dict, encoder_out: DraftMemory) -> None:
         self.memory = encoder_out._replace(cross=[])  # the verifier's keys are not ours
 
     def keep_rows(self, rows: Tensor) -> None:
@@ -92,12 +107,12 @@ class FusedDrafter(OrtDrafter):
     and state (the loop decided as the graph did). Otherwise (a length
     constraint changed the decision, or K or C' changed) it runs the draft graph."""
 
-    def __init__(self, start_state: Tensor, backend):
+    def __init__(self, start_state: Tensor, backend: DraftGraphs):
         super().__init__(start_state, backend)
         self.k, self.count = 0, 1  # K and C' of the last proposal: the fused call drafts as many
         self.pending: Optional[Pending] = None
 
-    def start_batch(self, sample: dict, encoder_out) -> None:
+    def start_batch(self, sample: dict, encoder_out: DraftMemory) -> None:
         super().start_batch(sample, encoder_out)
         self.pending = None  # the batch's first block comes from the draft graph
         self.backend.fused_drafter = self  # the verifier drafts for this generator now
