@@ -1,4 +1,4 @@
-"""The shipped model (issue #14; named in ``tests/helpers/shipped_model.py``).
+"""The shipped model (named in ``tests/helpers/shipped_model.py``).
 
 Real-model properties that a broken file, loader, head or engine would fail:
 the files match their recorded sha256; they load through the safe loader
@@ -25,10 +25,11 @@ import torch
 from nmt_specdec.checkpoint_safety import load_checkpoint
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP, logit_gaps
 from nmt_specdec.shipping import save_compact, sha256
-from nmt_specdec.workflows import quickstart_pretrained
+from nmt_specdec.workflows import quickstart, quickstart_pretrained
 from nmt_specdec.workflows.quickstart_pretrained import EXAMPLES, translate_examples
 from tests.helpers.shipped_model import (
     MODEL_DIR,
+    REPO_ROOT,
     SETTINGS,
     decode_all,
     encoded_split,
@@ -41,8 +42,30 @@ DETERMINISTIC_SENTENCES = 100
 MIN_TOKENS_PER_ITERATION = 1.15
 
 
+def _make_recipe(target: str) -> str:
+    """The command lines of one Makefile target."""
+    lines = (REPO_ROOT / "Makefile").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    recipe = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip())
+    return "\n".join(recipe)
+
+
 def test_tests_check_the_model_the_quickstart_ships() -> None:
-    assert MODEL_DIR == quickstart_pretrained.MODEL_DIR
+    # The helper names its model directory itself; `make quickstart` must decode
+    # that one: it runs scripts/quickstart.py without --model, i.e. the default of
+    # the quickstart's parser, which its help must name too.
+    recipe = _make_recipe("quickstart")
+    assert "scripts/quickstart.py" in recipe and "--model" not in recipe, recipe
+    shim = (REPO_ROOT / "scripts" / "quickstart.py").read_text(encoding="utf-8")
+    assert "from nmt_specdec.workflows.quickstart import main" in shim
+    parser = quickstart.build_parser()
+    assert parser.parse_args([]).model.resolve() == MODEL_DIR.resolve()
+    assert f"default {MODEL_DIR.relative_to(REPO_ROOT)}" in " ".join(parser.format_help().split())
+    assert (MODEL_DIR / "model.pt").is_file() and (MODEL_DIR / "settings.json").is_file()
 
 
 def test_files_match_recorded_sha256() -> None:
