@@ -59,7 +59,6 @@ def specdec_toy(tmp_path_factory: pytest.TempPathFactory) -> SpecDecToy:
 @pytest.fixture(scope="module")
 def onnx_cache(tmp_path_factory):
     """ONNX exports of the requesting module go to a fresh cache (not the user's)."""
-    pytest.importorskip("onnxruntime")
     root = tmp_path_factory.mktemp("onnx_cache")
     patch = pytest.MonkeyPatch()
     patch.setenv("NMT_SPECDEC_ONNX_CACHE", str(root))

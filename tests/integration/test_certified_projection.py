@@ -24,8 +24,6 @@ from tests.helpers.shipped_model import (
     load_model,
 )
 
-pytest.importorskip("onnxruntime")
-
 LENGTHS = dict(max_len_a=SETTINGS["max_len_a"], max_len_b=SETTINGS["max_len_b"])
 
 

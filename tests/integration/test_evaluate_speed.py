@@ -280,7 +280,6 @@ def test_specdec_rows_refused_without_draft_head(toy: dict) -> None:
 def test_stock_checkpoint_drafts_with_its_8bit_copy(toy: dict, onnx_cache) -> None:
     """Without a draft head, --drafters verifier-int8 keeps the engine's greedy and
     the 8-bit copy's rows (the head's are dropped), with greedy's output."""
-    pytest.importorskip("onnxruntime")
     results = toy["script"].run(_config(
         toy, "stock_copy", checkpoint=str(toy["stock"]), beams=(1,), grid_k=(0, 2),
         grid_beta=(1,), batch_sizes=(1,), repeats=1, max_sentences=8,

@@ -31,8 +31,6 @@ from tests.helpers.shipped_model import (
     load_model,
 )
 
-pytest.importorskip("onnxruntime")
-
 SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
 LENGTHS = dict(max_len_a=SETTINGS["max_len_a"], max_len_b=SETTINGS["max_len_b"])
 
@@ -300,7 +298,6 @@ def test_hub_decodes_with_onnxruntime(shipped):
 
 
 def test_evaluate_runs_backends_and_ctranslate2_rows(shipped, tmp_path):
-    pytest.importorskip("ctranslate2")
     from nmt_specdec.evaluation.config import EvalConfig
     from nmt_specdec.evaluation.pipeline import run
 

@@ -30,8 +30,6 @@ from tests.helpers.shipped_model import (
     shipped_generator,
 )
 
-pytest.importorskip("onnxruntime")
-
 
 @pytest.fixture(scope="module")
 def shipped(onnx_cache):
