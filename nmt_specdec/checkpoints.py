@@ -87,7 +87,7 @@ def load(checkpoint: str, overrides: Optional[Mapping[str, Any]] = None,
 def specdec_task_for(task: Any) -> Any:
     """A stock ``translation`` task's settings and dictionaries under
     ``translation_specdec``, whose generator decodes with the engine: a stock
-    transformer decodes so with ``--spec-k 0`` or ``--spec-drafter verifier-int8``.
+    transformer then decodes with ``--spec-k 0`` or ``--spec-drafter verifier-int8``.
     Any other task is returned as it is.
 
     Raises:
@@ -113,9 +113,8 @@ def specdec_task_for(task: Any) -> Any:
 def plugin_dir() -> str:
     """This project's fairseq plugin folder, what ``--user-dir`` names by default.
 
-    Found on the import path without importing it: importing is fairseq's job
-    (:func:`register_plugin`), and a second import under another name would
-    register the task twice.
+    Found on the import path without importing it: the plugin is imported by
+    fairseq, as any ``--user-dir`` (:func:`register_plugin`), never by this package.
     """
     spec = importlib.util.find_spec(PLUGIN_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
