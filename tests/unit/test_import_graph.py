@@ -2,8 +2,9 @@
 
 ``fairseq_plugins`` is glue that calls ``nmt_specdec``, never the reverse; the
 two backends (``nmt_specdec/decoding/backends/torch`` and ``.../onnxruntime``)
-never import each other; and no module imports itself through others. The graph is read from the source with ``ast``, so every
-import counts: at module level, inside functions, under ``TYPE_CHECKING``.
+never import each other; and no module imports itself through others. The
+graph is read from the source with ``ast``, so every import counts: at module
+level, inside functions, under ``TYPE_CHECKING``.
 Only modules of the two packages are nodes; an import of a name defined in a
 package's ``__init__`` is an edge to that package.
 
