@@ -1,5 +1,13 @@
 """``nmt-specdec-evaluate``: BLEU versus speedup of SpecDec and fairseq's generator.
 
+Loads one checkpoint and decodes one test set (a binarized split, or raw text
+with ``--src-file``) with fairseq's SequenceGenerator at each of ``--beams``,
+this project's greedy and SpecDec at each setting of the ``--grid-*`` flags on
+each ``--backend``, and with ``--ct2`` CTranslate2's fp32 and int8 greedy, in
+``--repeats`` interleaved timed passes at each of ``--batch-sizes``. Writes
+``results.json``, ``results.md`` and ``bleu_vs_speedup.png`` to ``--out`` and
+prints the table; progress bars by default, the libraries' INFO logs with ``-v``.
+
 Example::
 
     nmt-specdec-evaluate --checkpoint ckpt/checkpoint_best.pt --data data-bin \\
