@@ -163,19 +163,20 @@ class FixedShapeReplay(nn.Module):
         start = (last // self.window) * self.window
         inputs = (committed[start:] + pending)[: self.window]
         inputs += [self.pad] * (self.window - len(inputs))  # filler, never attended to
-        positions = torch.arange(start, start + self.window).unsqueeze(0)  # (1, W)
-        lprobs = verify_block(self.model.decoder, torch.tensor([inputs]),
+        device = max_len.device  # the model's: the replay runs where it lives
+        positions = torch.arange(start, start + self.window, device=device).unsqueeze(0)  # (1, W)
+        lprobs = verify_block(self.model.decoder, torch.tensor([inputs], device=device),
                               positions.clamp(max=self.lengths.max_positions - 1),
                               encoder_out, cache)
         lprobs = constrain_lprobs(lprobs, positions, max_len, pad=self.pad, eos=self.eos,
                                   unk=self.unk, min_len=self.lengths.min_len,
                                   unk_penalty=self.lengths.unk_penalty)
-        values, preds = lprobs[0].topk(1, dim=-1)  # (W, 1)
+        values, preds = lprobs[0].max(dim=-1)  # (W,): argmax, greedy's tie-break
         self.stats.passes += 1
-        walk = walk_window(preds[:, 0].tolist(), values[:, 0].tolist(), inputs,
+        walk = walk_window(preds.tolist(), values.tolist(), inputs,
                            last - start, self.eos)
         if not walk.window_complete:  # keep only completed windows in the cache
-            kept = torch.tensor([start])
+            kept = torch.tensor([start], device=device)
             cache.trim(compaction_index(kept, torch.zeros_like(kept), cache.width()))
         return walk
 

@@ -64,3 +64,16 @@ def onnx_cache(tmp_path_factory):
     patch.setenv("NMT_SPECDEC_ONNX_CACHE", str(root))
     yield root
     patch.undo()
+
+
+_REPORT: list = []  # lines that tests report (measured, not asserted), printed at the end
+
+
+def report_line(line: str) -> None:
+    """Adds a line to the run's summary (e.g. how far bf16 greedy is from fp32)."""
+    _REPORT.append(line)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for line in _REPORT:
+        terminalreporter.write_line(line)

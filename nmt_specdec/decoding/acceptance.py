@@ -59,10 +59,12 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
     """Applies the Spec-Verify criterion (Eq. 4) to a block of drafts.
 
     Works on log-probabilities or on raw logits alike: ranks and margins do not
-    depend on the per-position normaliser. Ties count in the draft's favour: a
-    draft is inside the top-beta when fewer than beta tokens score strictly
-    higher, so with beta=1 any token tied for the best is accepted (gap 0). The
-    correction is the verifier's top-1 (``topk`` order among ties).
+    depend on the per-position normaliser. With beta=1 a draft passes only as the
+    verifier's argmax (the first index among tied scores), greedy's own choice,
+    so an exact tie (common in half precision) never sends beta=1 another way.
+    With beta > 1 ties count in the draft's favour: it is inside the top-beta
+    when fewer than beta tokens score strictly higher. The correction is the
+    verifier's argmax.
 
     Cost: one max-reduction over the (B, K+1, V) scores, plus ``topk`` for
     beta > 1 and an argmax over one position per row, so the work is a few
@@ -84,7 +86,7 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
         raise ValueError(f"tau must be >= 0, got {tau}")
     num_slots = drafts.size(1)
     if num_slots == 0:  # plain greedy: the top-1 of the one position
-        correction = lprobs[:, 0].topk(1, dim=-1).indices.squeeze(1)
+        correction = lprobs[:, 0].argmax(dim=-1)
         return Acceptance(drafts.new_zeros(drafts.shape, dtype=torch.bool),
                           correction.new_zeros(correction.shape), correction)
     passed = drafts_pass(lprobs[:, :num_slots], drafts, beta, tau)  # (B, K)
@@ -93,7 +95,7 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
     # The top-1 is needed at one position per row only.
     index = num_accepted.view(-1, 1, 1).expand(-1, 1, lprobs.size(-1))
     at_correction = lprobs.gather(1, index).squeeze(1)  # (B, V)
-    correction = at_correction.topk(1, dim=-1).indices.squeeze(1)
+    correction = at_correction.argmax(dim=-1)
     return Acceptance(accepted, num_accepted, correction)
 
 
@@ -105,11 +107,11 @@ def drafts_pass(scored: Tensor, drafts: Tensor, beta: int, tau: float) -> Tensor
         drafts: (B, K) draft tokens.
         beta, tau: as in :func:`accept_drafts` (already validated).
     """
-    best = scored.amax(dim=-1)  # (B, K)
     draft_scores = scored.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # (B, K)
-    if beta == 1:
-        passed = draft_scores >= best
+    if beta == 1:  # greedy's choice, ties included
+        passed = drafts == scored.argmax(dim=-1)
     else:
+        best = scored.amax(dim=-1)  # (B, K)
         # beta >= V admits the whole vocabulary (topk itself would raise).
         kth = scored.topk(min(beta, scored.size(-1)), dim=-1).values[..., -1]  # (B, K)
         passed = (draft_scores >= kth) & (best - draft_scores <= tau)

@@ -56,8 +56,11 @@ class TreeLayout(NamedTuple):
 
 
 @lru_cache(maxsize=64)
-def tree_layout(depth: int, candidates: int) -> TreeLayout:
-    """The layout for K = ``depth`` and C = ``candidates`` (cached: built once)."""
+def tree_layout(depth: int, candidates: int, device=None) -> TreeLayout:
+    """The layout for K = ``depth`` and C = ``candidates``, on ``device`` (cached:
+    built and copied to the device once, not per iteration)."""
+    if device is not None:
+        return TreeLayout(*(t.to(device) for t in tree_layout(depth, candidates)))
     chain = torch.arange(depth + 1)  # last, d_1..d_K
     depths = torch.arange(1, depth + 1).repeat(candidates - 1)  # each leaf's depth
     offsets = torch.cat([chain, depths])  # (N,)
@@ -97,28 +100,25 @@ class TreeOutcome(NamedTuple):
     Attributes:
         acceptance: the :class:`Acceptance` of the accepted path.
         path: (B, K+1) the flat input whose scores predicted each step of the path
-            (the correction at ``path[num_accepted]``).
+            (the correction at ``path[num_accepted]``; 0..K where no leaf was taken).
         drafts: (B, K) the path's tokens (the chain with a taken leaf in place).
-        leaf_taken: whether any row took a leaf (else ``path`` is 0..K: the
-            caller may slice instead of gathering, and no keys need moving).
     """
 
     acceptance: Acceptance
     path: Tensor
     drafts: Tensor
-    leaf_taken: bool
 
 
 def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
                  tau: float) -> TreeOutcome:
-    """Acceptance over a chain-with-leaves block.
+    """Acceptance over a chain-with-leaves block, in whole-block tensor ops (no
+    host read, so the loop keeps its one synchronisation per iteration).
 
     Every node is checked against the scores of its parent (the input whose
-    prediction it is) with a few whole-block tensor ops; the walk itself (first
-    rejection on the chain, then at most one leaf) runs on the host over one small
-    read-back, which costs less than the dozens of tiny tensor ops it replaces
-    (on a GPU it is a second synchronisation per iteration). The correction is
-    the verifier's argmax at the end of the path.
+    prediction it is); the chain is accepted up to its first rejection, then the
+    first passing leaf at the rejected depth, if any, is taken. The correction is
+    the verifier's argmax at the end of the path. :func:`walk_row` is the same
+    walk for one row on the host.
 
     Args:
         logits: (B, N, V) constrained verifier scores of the flat block.
@@ -129,22 +129,40 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
     batch, new, vocab = logits.shape
     width = (new - 1) // depth  # C
     parent = parent_index(depth, width, logits.device)  # (N-1,): node j+1's parent input
-    scores = logits.view(batch, -1).gather(1, parent * vocab + inputs[:, 1:])  # (B, N-1)
-    best, top1 = logits.max(dim=-1)  # (B, N)
-    if beta == 1:  # a -inf draft never reaches a finite best
-        passed = scores >= best.index_select(1, parent)
+    passed = nodes_pass(logits, inputs, parent, beta, tau)  # (B, N-1)
+    top1 = logits.argmax(dim=-1)  # (B, N)
+    reached = passed[:, :depth].long().cumprod(dim=1).sum(dim=1)  # (B,) chain drafts
+    chain = torch.arange(depth + 1, device=logits.device)
+    path = chain.expand(batch, -1).clone()  # (B, K+1)
+    num_accepted = reached
+    if width > 1:  # the first passing leaf at depth reached+1 (none after a whole chain)
+        node = (torch.arange(1, width, device=logits.device) * depth).unsqueeze(0) + \
+            reached.clamp(max=depth - 1).unsqueeze(1)  # (B, C-1) 0-based node ids
+        leaf_pass = passed.gather(1, node) & (reached < depth).unsqueeze(1)
+        has_leaf = leaf_pass.any(dim=1)  # (B,)
+        leaf = node.gather(1, leaf_pass.long().argmax(dim=1, keepdim=True)) + 1  # (B, 1)
+        slot = (reached + 1).clamp(max=depth).unsqueeze(1)  # (B, 1)
+        path.scatter_(1, slot, torch.where(has_leaf.unsqueeze(1), leaf, slot))
+        num_accepted = reached + has_leaf.long()
+    drafts = inputs.gather(1, path[:, 1:])  # (B, K)
+    correction = top1.gather(1, path.gather(1, num_accepted.unsqueeze(1))).squeeze(1)
+    accepted = chain[:depth] < num_accepted.unsqueeze(1)  # (B, K)
+    return TreeOutcome(Acceptance(accepted, num_accepted, correction), path, drafts)
+
+
+def nodes_pass(logits: Tensor, inputs: Tensor, parent: Tensor, beta: int,
+               tau: float) -> Tensor:
+    """(B, N-1) bool: each node passes the criterion under its parent's scores. At
+    beta = 1 a node passes only as its parent's argmax, greedy's own tie-break."""
+    vocab = logits.size(2)
+    scores = logits.view(logits.size(0), -1).gather(1, parent * vocab + inputs[:, 1:])
+    if beta == 1:
+        passed = inputs[:, 1:] == logits.argmax(dim=-1).index_select(1, parent)
     else:
+        best = logits.amax(dim=-1).index_select(1, parent)
         kth = logits.topk(min(beta, vocab), dim=-1).values[..., -1].index_select(1, parent)
-        passed = (scores >= kth) & (best.index_select(1, parent) - scores <= tau)
-        passed &= torch.isfinite(scores)  # never a -inf draft (e.g. forced EOS)
-    rows = torch.cat([passed.long(), top1, inputs], dim=1).tolist()  # the one read-back
-    decided = [walk_row(row, depth, width, new) for row in rows]
-    table = torch.tensor(decided, dtype=torch.long, device=logits.device)  # (B, 3+2K)
-    num_accepted, correction = table[:, 0], table[:, 1]
-    path, drafts = table[:, 3: 4 + depth], table[:, 4 + depth:]
-    accepted = torch.arange(depth, device=logits.device) < num_accepted.unsqueeze(1)
-    return TreeOutcome(Acceptance(accepted, num_accepted, correction), path, drafts,
-                       any(row[2] for row in decided))
+        passed = (scores >= kth) & (best - scores <= tau)
+    return passed & torch.isfinite(scores)  # never a -inf draft (e.g. forced EOS)
 
 
 def walk_row(row: list, depth: int, width: int, new: int) -> list:

@@ -59,7 +59,6 @@ class Rows(NamedTuple):
         lengths: (B,) committed tokens, BOS included.
         max_len: (B,) output step at which EOS is forced.
         states: (B, C) verifier state that predicted the last committed token.
-        iterations: (B,) verifier passes so far.
     """
 
     index: Tensor
@@ -68,7 +67,6 @@ class Rows(NamedTuple):
     lengths: Tensor
     max_len: Tensor
     states: Tensor
-    iterations: Tensor
 
 
 def write_committed_(rows: Rows, tokens: Tensor, scores: Tensor, counts: Tensor) -> None:
@@ -173,23 +171,24 @@ class SpecDecGenerator(nn.Module):
 
     def _decode_rows(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
                      bos: int) -> List[tuple]:
-        """The batched loop (any batch, trees, any device)."""
+        """The batched loop (any batch, trees, any device): one host read per iteration."""
         batch = max_len.numel()
         k_max = self.options.k if self.k_policy.may_draft else 0
-        limits = max_len.tolist()
+        limits = max_len.tolist()  # the host's copy of rows.max_len (one read per batch)
         # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
         width = max(limits) + k_max * self.options.candidates + 2
         cross = verifier.cross_states(encoder_out)
         cache = self._cache = verifier.new_cache(batch, width)  # kept for inspection
         rows = self._start_rows(max_len, bos, width, verifier.embed)
         finished: List[Optional[tuple]] = [None] * batch
+        index = list(range(batch))  # the host's copy of rows.index
         # Host-side facts that need no synchronisation: every row commits at least
         # one token per turn, so after t turns every row has >= t output tokens.
         turn, longest, uniform = 0, 1, True
         trace: List[tuple] = []  # (K, accepted, committed, finished) per turn, for the stats
-        while rows.index.numel() > 0:
+        while index:
             started = time.perf_counter()
-            batch_rows = rows.index.numel()
+            batch_rows = len(index)
             k = self.k_policy.choose(max(0, min(k_max, max(limits) - turn)), batch_rows)
             # Rows stay aligned while nothing is drafted, and a single row always is.
             uniform = batch_rows == 1 or (uniform and k == 0)
@@ -198,24 +197,29 @@ class SpecDecGenerator(nn.Module):
             rows, commit, num_accepted = self._iteration(verifier, rows, cache, cross, k,
                                                          longest, uniform, checks)
             trace.append((k, num_accepted, commit.counts, commit.finished))
-            # The one host synchronisation of the iteration.
-            pulled = [rows.lengths.max().view(1), commit.finished.long()]
-            if self.k_policy.wants_counts:  # drafts committed (none past an EOS)
+            turn += 1
+            # The one host synchronisation of the iteration: lengths and finished
+            # flags of every row (and, for --spec-k auto, the drafts committed,
+            # none past an EOS).
+            pulled = [rows.lengths, commit.finished.long()]
+            if self.k_policy.wants_counts:
                 pulled.append(commit.counts - 1)
             flags = torch.cat(pulled).tolist()
-            longest, turn = flags[0], turn + 1
+            lengths, done = flags[:batch_rows], flags[batch_rows: 2 * batch_rows]
             self.stats.k_chosen[k] = self.stats.k_chosen.get(k, 0) + 1
-            self.k_policy.observe(flags[1 + batch_rows:], k, time.perf_counter() - started)
-            if any(flags[1: 1 + batch_rows]):
-                keep = self._collect(rows, commit.finished, finished)
+            self.k_policy.observe(flags[2 * batch_rows:], k, time.perf_counter() - started)
+            if any(done):
+                kept = [i for i, flag in enumerate(done) if not flag]
+                self._collect(rows, done, lengths, index, turn, finished)
+                index, limits = [index[i] for i in kept], [limits[i] for i in kept]
+                lengths = [lengths[i] for i in kept]
+                keep = torch.tensor(kept, dtype=torch.long, device=max_len.device)
                 rows = Rows(*(field.index_select(0, keep) for field in rows))
                 cache.keep_rows(keep)
                 cross = verifier.keep_rows(cross, keep)
                 if k_max > 0:  # else the drafter was not started on this batch
                     self.drafter.keep_rows(keep)
-                limits = rows.max_len.tolist()
-                if keep.numel():  # the longest row may have left (a rare, second read)
-                    longest = int(rows.lengths.max())
+            longest = max(lengths, default=1)
         self._add_trace(trace, k_max)
         return finished
 
@@ -226,11 +230,11 @@ class SpecDecGenerator(nn.Module):
         return Rows(
             index=torch.arange(batch, device=max_len.device),
             tokens=tokens,
-            scores=like.new_zeros(batch, width + 1),
+            # Scores stay float32 whatever the model's precision (fairseq's are too).
+            scores=torch.zeros(batch, width + 1, device=like.device),
             lengths=max_len.new_ones(batch),
             max_len=max_len,
             states=self.drafter.start_states(batch, like),
-            iterations=max_len.new_zeros(batch),
         )
 
     def _iteration(self, verifier: VerifierCalls, rows: Rows, cache, cross, k: int,
@@ -248,14 +252,16 @@ class SpecDecGenerator(nn.Module):
         else:
             drafts = last.new_zeros(last.size(0), 0)
         # 2. verify
-        layout = tree_layout(k, self.options.candidates) if tree else None
+        layout = tree_layout(k, self.options.candidates, last.device) if tree else None
         if tree:
-            inputs, offsets = flatten_candidates(last, candidates), layout.offsets.to(last.device)
+            inputs, offsets = flatten_candidates(last, candidates), layout.offsets
         else:
             inputs = torch.cat([last, drafts], 1) if k > 0 else last
             offsets = torch.arange(k + 1, device=steps.device)
         verified = verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
         hidden, logits, lse = verified[:3]  # (B, N, C), (B, N, V), (B, N) or None
+        # Acceptance and scores read float32, whatever the model's precision.
+        logits = logits.float()
         if lse is None:  # before the constraints, as fairseq normalises
             lse = normaliser(logits)
         predicted_step = steps.unsqueeze(1) + offsets
@@ -264,20 +270,19 @@ class SpecDecGenerator(nn.Module):
                 logits.amax(dim=-1), verified.bound,
                 certainty_margin(self.options.beta, self.options.tau)):
             # An 8-bit score may matter here: this call's scores again, in fp32.
-            logits = verifier.exact_logits(hidden)
+            logits = verifier.exact_logits(hidden).float()
             lse = normaliser(logits)
             constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
         # 3. accept and commit
         if tree:  # from here on the accepted path is a chain of K+1 positions
-            acceptance, path, drafts, leaf_taken = resolve_tree(
+            acceptance, path, drafts = resolve_tree(
                 logits, inputs, k, self.options.beta, self.options.tau)
-            if leaf_taken:
-                move_leaf_keys(cache, steps, path, acceptance.num_accepted)
-                logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
-                lse = lse.gather(1, path)
-                hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
-            else:  # the chain's inputs lead
-                logits, lse, hidden = logits[:, : k + 1], lse[:, : k + 1], hidden[:, : k + 1]
+            # Every row moves its path's keys (a chain's onto themselves): deciding
+            # which rows took a leaf would cost a host read.
+            move_leaf_keys(cache, steps, path, acceptance.num_accepted)
+            logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
+            lse = lse.gather(1, path)
+            hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
         else:
             acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
         commit = commit_tokens(drafts, acceptance, self.eos, self.pad)
@@ -288,7 +293,6 @@ class SpecDecGenerator(nn.Module):
         rows = rows._replace(
             lengths=rows.lengths + commit.counts,
             states=hidden.gather(1, index).squeeze(1),
-            iterations=rows.iterations + 1,
         )
         return rows, commit, acceptance.num_accepted
 
@@ -297,17 +301,21 @@ class SpecDecGenerator(nn.Module):
         if trace:
             self.stats.add_tally(*tally_trace(trace, k_max))
 
-    def _collect(self, rows: Rows, done: Tensor, finished: List[Optional[tuple]]) -> Tensor:
-        """Stores finished rows at their input position; returns the survivors' indices."""
-        done_rows = done.nonzero().squeeze(1).tolist()
-        self.stats.sentences += len(done_rows)
-        for i in done_rows:
-            end = int(rows.lengths[i])
-            finished[int(rows.index[i])] = (
-                rows.tokens[i, 1:end].clone(), rows.scores[i, 1:end].clone(),
-                int(rows.iterations[i]),
-            )
-        return (~done).nonzero().squeeze(1)
+    def _collect(self, rows: Rows, done: List[int], lengths: List[int], index: List[int],
+                 iterations: int, finished: List[Optional[tuple]]) -> None:
+        """Stores the finished rows at their input position (host lists: no read).
+
+        Args:
+            done, lengths, index: per active row, the flags, committed lengths and
+                input positions the iteration's read brought back.
+            iterations: turns so far (every row started at the batch's first turn).
+        """
+        for i, flag in enumerate(done):
+            if flag:
+                end = lengths[i]
+                finished[index[i]] = (rows.tokens[i, 1:end].clone(),
+                                      rows.scores[i, 1:end].clone(), iterations)
+                self.stats.sentences += 1
 
     def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
         """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""

@@ -5,6 +5,10 @@ from the sequence length (one incremental step). Speculative decoding needs
 neither: it scores several new positions per row, at per-row offsets. Both
 fairseq kinds number positions from ``padding_idx + 1``; this module applies
 that convention to explicit 0-based positions.
+
+Sinusoidal tables are computed in float32 by fairseq; they are cast like the
+module's own table (a buffer, which ``model.half()`` and ``.to()`` convert), so a
+half-precision model adds half-precision positions and stays half.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ def embed_positions_at(module: nn.Module, positions: Tensor) -> Tensor:
         if needed > module.weights.size(0):
             module.weights = module.get_embedding(
                 needed, module.embedding_dim, module.padding_idx
-            )
+            ).to(module.weights)
         module.weights = module.weights.to(device=index.device)
         return module.weights.index_select(0, index.reshape(-1)).view(
             *index.shape, -1
@@ -56,9 +60,8 @@ class PositionTable:
         if isinstance(module, LearnedPositionalEmbedding):
             self.weight = module.weight.detach()
         elif isinstance(module, SinusoidalPositionalEmbedding):
-            device = module.weights.device if module.weights is not None else "cpu"
             self.weight = module.get_embedding(size + self.offset, module.embedding_dim,
-                                               module.padding_idx).to(device)
+                                               module.padding_idx).to(module.weights)
         else:
             raise TypeError(f"unsupported positional embedding {type(module).__name__}")
         self.last = self.weight.size(0) - 1 - self.offset
@@ -66,3 +69,4 @@ class PositionTable:
     def __call__(self, positions: Tensor) -> Tensor:
         """(..., ) 0-based positions -> (..., C) embeddings."""
         return F.embedding(positions.clamp(max=self.last) + self.offset, self.weight)
+

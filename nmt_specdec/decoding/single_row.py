@@ -98,7 +98,7 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
                     request, candidates))
         host_start[0] = length - 1
         verified = verifier.verify(tokens, start, length - 1, cache, cross, True, tree)
-        logits = verified.logits  # (1, N, V)
+        logits = verified.logits.float()  # (1, N, V): numpy has no bfloat16
         lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
         flat = logits[0].detach().numpy()  # (N, V), the same memory as ``logits``
         constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
@@ -107,15 +107,14 @@ def decode_single_row(gen: "SpecDecGenerator", verifier: VerifierCalls, encoder_
             steps = (start.unsqueeze(1) + (offsets[: k + 1] if tree is None else tree.offsets)
                      if constrained else None)
             _constrain(logits, flat, steps, max_len, rules, checks)
-            best = None if verified.bound is None else flat.max(-1)  # (N,), reused below
-            if best is not None and not certain(best, verified.bound[0].numpy(), margin):
+            if verified.bound is not None and not certain(
+                    flat.max(-1), verified.bound[0].numpy(), margin):
                 # An 8-bit score may matter here: this call's scores again, in fp32.
                 logits.copy_(verifier.exact_logits(verified.hidden))
                 lse = normaliser(logits)
                 _constrain(logits, flat, steps, max_len, rules, checks)
-                best = None
-            decided = (greedy_accept(flat, logits, tokens[0].tolist(), k,
-                                     candidates if tree is not None else 1, best)
+            decided = (greedy_accept(flat, tokens[0].tolist(), k,
+                                     candidates if tree is not None else 1)
                        if options.beta == 1 else _accept(logits, tokens, k, tree, options))
         num_accepted, correction, leaf_taken, path, proposed = decided
         if leaf_taken:
@@ -159,40 +158,30 @@ def _constrain(logits: Tensor, flat: np.ndarray, steps: Optional[Tensor], max_le
         flat[:, rules.pad] = -math.inf
 
 
-def greedy_accept(flat: np.ndarray, logits: Tensor, inputs: List[int], depth: int,
-                  width: int, best: Optional[np.ndarray] = None
+def greedy_accept(flat: np.ndarray, inputs: List[int], depth: int, width: int
                   ) -> Tuple[int, int, bool, List[int], List[int]]:
     """beta = 1 for one row, in numpy: what :func:`~.draft_tree.resolve_tree` (and,
-    for a chain, :func:`~.acceptance.drafts_pass` with the ``topk`` correction)
-    decide, without a tensor op on the common path.
+    for a chain, :func:`~.acceptance.accept_drafts`) decide, without a tensor op.
 
-    A draft passes when it scores the row's best (ties in its favour, never a
-    -inf draft), as in the shared code. The correction is the first index of the
-    best score; where another token ties it (which the shared code orders by
-    ``topk`` for chains, ``max`` for trees) the shared op decides.
+    A draft passes when it is its parent's argmax (the first index of the best
+    score: greedy's own tie-break, in numpy as in torch) and is not -inf; the
+    correction is the argmax at the end of the path.
 
     Args:
-        flat: (N, V) constrained scores (a view of ``logits``).
-        logits: (1, N, V) the same scores as a tensor (for ties).
+        flat: (N, V) constrained scores (float32).
         inputs: the N verified inputs (last committed token, then the drafts).
         depth, width: K and C (1: a chain).
-        best: ``flat.max(1)`` when the caller has it already.
 
     Returns:
         ``(accepted drafts, correction, leaf taken, path (K+1), drafts of the path (K))``.
     """
     parents = list(parent_list(depth, width))  # node j+1's parent input
-    best = flat.max(axis=1) if best is None else best  # (N,)
+    top1 = flat.argmax(axis=1)  # (N,)
     drafted = flat[parents, inputs[1:]]
-    passes = (drafted >= best[parents]) & np.isfinite(drafted)
-    decided = walk_row(passes.tolist() + flat.argmax(axis=1).tolist() + inputs,
-                       depth, width, len(inputs))
+    passes = (top1[parents] == inputs[1:]) & np.isfinite(drafted)
+    decided = walk_row(passes.tolist() + top1.tolist() + inputs, depth, width, len(inputs))
     accepted, correction, leaf = decided[:3]
     path, drafts = decided[3: 4 + depth], decided[4 + depth:]
-    final = path[accepted]
-    if np.count_nonzero(flat[final] == best[final]) > 1:  # a tie: the shared code's order
-        row = logits[0, final]
-        correction = int(row.max(-1).indices if width > 1 else row.topk(1).indices)
     return accepted, correction, bool(leaf), path, drafts
 
 
@@ -218,8 +207,9 @@ def _accept(logits: Tensor, tokens: Tensor, k: int, tree, options):
     """Any beta and tau, by the shared tensor code, as :func:`greedy_accept` returns it."""
     if tree is not None:
         outcome = resolve_tree(logits, tokens, k, options.beta, options.tau)
+        path = outcome.path[0].tolist()
         return (int(outcome.acceptance.num_accepted[0]), int(outcome.acceptance.correction[0]),
-                outcome.leaf_taken, outcome.path[0].tolist(), outcome.drafts[0].tolist())
+                path != list(range(k + 1)), path, outcome.drafts[0].tolist())
     num_accepted, proposed = 0, tokens[0, 1:].tolist()
     if k > 0:
         for passed in drafts_pass(logits[:, :k], tokens[:, 1:], options.beta,
@@ -227,5 +217,5 @@ def _accept(logits: Tensor, tokens: Tensor, k: int, tree, options):
             if not passed:
                 break
             num_accepted += 1
-    return (num_accepted, int(logits[0, num_accepted].topk(1).indices), False,
+    return (num_accepted, int(logits[0, num_accepted].argmax()), False,
             list(range(k + 1)), proposed)

@@ -7,7 +7,8 @@ choice and the sentences diverge from there on. For each differing sentence this
 module reports the first differing step and the gap between the two tokens'
 logits under a teacher-forced pass over the common prefix: a near-tie has a gap
 of a few 1e-6 (float32 rounding); anything above :data:`NEAR_TIE_LOGIT_GAP`
-would be a bug.
+would be a bug. A half-precision model rounds far more coarsely
+(:func:`near_tie_gap`), and its beta=1 rows are compared with its own greedy.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ from torch import Tensor, nn
 # deviation, yet natural gaps that small are rare (none among 2375 greedy steps
 # there; the smallest was 8.5e-4), so a flip above it points at a bug.
 NEAR_TIE_LOGIT_GAP = 1e-4
+
+
+def near_tie_gap(dtype: torch.dtype, logit: float) -> float:
+    """The largest gap that rounding explains, for a model of this precision.
+
+    float32: :data:`NEAR_TIE_LOGIT_GAP`. Half precision rounds every activation to
+    8 (bfloat16) or 11 (float16) significant bits, so two pass shapes (or two
+    batch sizes) can move a logit by a few units in its last place: a gap within
+    4 units of the last place of the logit itself (0.125 at |logit| = 8 in
+    bfloat16; measured flips on the shipped model: 0 to 0.0625) is a near-tie.
+    """
+    if dtype == torch.float32:
+        return NEAR_TIE_LOGIT_GAP
+    return 4 * torch.finfo(dtype).eps * max(1.0, abs(logit))
 
 
 def first_difference(a: List[int], b: List[int]) -> int:
@@ -48,7 +63,8 @@ def logit_gaps(model: nn.Module, sources: List[Tensor], reference: Dict[int, Lis
 
     Returns:
         ``{"sentence", "step", "reference_token", "other_token", "logit_gap", "near_tie"}``
-        per sentence (``near_tie``: the gap is below :data:`NEAR_TIE_LOGIT_GAP`).
+        per sentence (``near_tie``: the gap is below :func:`near_tie_gap` for the
+        model's precision).
     """
     device = next(model.parameters()).device
     rows = []
@@ -63,9 +79,9 @@ def logit_gaps(model: nn.Module, sources: List[Tensor], reference: Dict[int, Lis
         logits, _ = model.decoder(prev, encoder_out=encoder_out)
         last = logits[0, -1].float()
         gap = abs(float(last[a[step]] - last[b[step]]))
+        limit = near_tie_gap(logits.dtype, float(last[a[step]]))
         rows.append({"sentence": sentence, "step": step, "reference_token": a[step],
-                     "other_token": b[step], "logit_gap": gap,
-                     "near_tie": gap < NEAR_TIE_LOGIT_GAP})
+                     "other_token": b[step], "logit_gap": gap, "near_tie": gap < limit})
         if len(rows) >= limit:
             break
     return rows

@@ -93,12 +93,12 @@ def test_cache_keeps_exactly_the_committed_entries(toy, k):
     captured = {}
     original = SpecDecGenerator._collect
 
-    def spy(self, rows, done, finished):
+    def spy(self, rows, done, lengths, index, iterations, finished):
         # Before rows leave: remember their cache (slots < committed inputs).
-        for i in done.nonzero().squeeze(1).tolist():
-            used = int(rows.lengths[i]) - 1
-            captured[int(rows.index[i])] = (self._cache.key[:, i, :, :used].clone(), used)
-        return original(self, rows, done, finished)
+        for i in [i for i, flag in enumerate(done) if flag]:
+            used = lengths[i] - 1
+            captured[index[i]] = (self._cache.key[:, i, :, :used].clone(), used)
+        return original(self, rows, done, lengths, index, iterations, finished)
 
     generator._collect = spy.__get__(generator)
     max_len = generator.lengths.max_lengths(sample["net_input"]["src_tokens"], dictionary.pad())

@@ -199,20 +199,22 @@ def test_rows_are_independent():
     assert r.correction.tolist() == [6, 4, 5]
 
 
-def test_ties_count_in_the_drafts_favour():
-    # Tokens 5 and 7 tie for the best score: a draft of either has gap 0 and is
-    # accepted (an exact tie is a near-tie at its limit); the correction after a
-    # rejection is topk's top-1, one of the tied tokens.
+def test_beta1_ties_go_to_greedys_argmax():
+    # Tokens 5 and 7 tie for the best score. Greedy takes the argmax, the first
+    # index (5), so at beta=1 only a draft of 5 passes and a draft of 7 is
+    # corrected to 5: beta=1 stays greedy where half precision makes ties common.
+    # At beta=2 ties count in the draft's favour: 7 is inside the top 2.
     lprobs = torch.full((1, 2, V), REST)
     lprobs[0, 0, 5] = lprobs[0, 0, 7] = -0.7
     lprobs[0, 1, 4] = -0.1
     r = accept_drafts(lprobs, torch.tensor([[9]]), beta=1, tau=0.0)
-    assert r.correction.tolist() == [int(lprobs[0, 0].topk(1).indices)]
-    assert r.correction.tolist()[0] in (5, 7)
-    for tied in (5, 7):
-        r = accept_drafts(lprobs, torch.tensor([[tied]]), beta=1, tau=0.0)
-        assert r.num_accepted.tolist() == [1]
-        assert r.correction.tolist() == [4]  # the bonus token
+    assert r.correction.tolist() == [5]
+    r = accept_drafts(lprobs, torch.tensor([[5]]), beta=1, tau=0.0)
+    assert (r.num_accepted.tolist(), r.correction.tolist()) == ([1], [4])  # the bonus
+    r = accept_drafts(lprobs, torch.tensor([[7]]), beta=1, tau=0.0)
+    assert (r.num_accepted.tolist(), r.correction.tolist()) == ([0], [5])
+    r = accept_drafts(lprobs, torch.tensor([[7]]), beta=2, tau=0.0)
+    assert (r.num_accepted.tolist(), r.correction.tolist()) == ([1], [4])
 
 
 @pytest.mark.parametrize("beta, tau", [(0, 0.0), (-1, 1.0), (1, -0.1)])

@@ -1,5 +1,5 @@
 """The single-row loop's numpy acceptance (beta = 1) decides what the shared tensor
-code decides: ``resolve_tree`` for trees, ``drafts_pass`` and the ``topk``
+code decides: ``resolve_tree`` for trees, ``drafts_pass`` and the argmax
 correction for chains; on random scores, on scores with ties, and with -inf
 drafts."""
 
@@ -29,7 +29,7 @@ def shared_decision(logits, inputs, depth, width):
             if not passed:
                 break
             accepted += 1
-    correction = int(logits[0, accepted].topk(1).indices)
+    correction = int(logits[0, accepted].argmax())
     return accepted, correction, list(range(depth + 1)), inputs[0, 1:].tolist()
 
 
@@ -58,7 +58,7 @@ def test_greedy_accept_decides_as_the_shared_code(depth, width, ties, minus_inf)
     for seed in range(60):
         logits, inputs = case(seed, depth, width, ties, minus_inf)
         accepted, correction, leaf, path, drafts = greedy_accept(
-            logits[0].numpy(), logits, inputs[0].tolist(), depth, width)
+            logits[0].numpy(), inputs[0].tolist(), depth, width)
         assert (accepted, correction, path, drafts) == shared_decision(
             logits, inputs, depth, width), seed
         assert leaf == (path != list(range(depth + 1)))
@@ -79,7 +79,7 @@ def test_fused_graph_walk_decides_as_the_host(depth, width, ties, minus_inf):
         accepted, correction, final, tie = greedy_walk(
             batch, torch.cat([inputs, inputs]), torch.tensor(parent_list(depth, width)),
             depth)[0].tolist()
-        host = greedy_accept(logits[0].numpy(), logits, inputs[0].tolist(), depth, width)
+        host = greedy_accept(logits[0].numpy(), inputs[0].tolist(), depth, width)
         assert (accepted, final) == (host[0], host[3][host[0]]), seed
         assert tie == (int((logits[0, final] == logits[0, final].max()).sum()) > 1), seed
         if not tie:

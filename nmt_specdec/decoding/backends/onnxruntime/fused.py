@@ -1,8 +1,8 @@
 """Accept, then draft, inside the verify call (``--fused-draft``): one runtime call
-per iteration instead of two (issue #19, item 3).
+per iteration instead of two.
 
 At beta = 1 acceptance needs nothing the graph lacks: each draft passes when it
-scores its parent input's best (pad excluded, as the loop's constraints), the
+is its parent input's argmax (pad excluded, as the loop's constraints), the
 walk takes the chain's leading passes and then at most one leaf
 (:func:`~nmt_specdec.decoding.draft_tree.walk_row`, here in tensor ops), and the
 correction is the argmax at the end of the path. So the fused graph verifies,
@@ -60,7 +60,9 @@ def greedy_walk(scores: Tensor, tokens: Tensor, parents: Tensor, depth: int,
     # keepdim: the same ReduceMax as the normaliser's, which the runtime computes once.
     best = scores.amax(dim=-1, keepdim=True)[:, :, 0]  # (B, N)
     drafted = scores.reshape(batch, -1).gather(1, parents * vocab + tokens[:, 1:])  # (B, N-1)
-    passes = (drafted >= best.index_select(1, parents)) & torch.isfinite(drafted)
+    # A draft passes only as its parent's argmax: greedy's tie-break, as the loop's.
+    top1 = scores.argmax(dim=-1)  # (B, N)
+    passes = (tokens[:, 1:] == top1.index_select(1, parents)) & torch.isfinite(drafted)
     reached = (torch.cumsum((~passes[:, :depth]).long(), dim=1) == 0).long().sum(dim=1)  # (B,)
     # Leaves: block b's node at the depth where the chain stopped, if it stopped.
     leaves = passes[:, depth:].reshape(batch, -1, depth)  # (B, C-1, K)

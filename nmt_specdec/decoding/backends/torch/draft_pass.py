@@ -23,6 +23,7 @@ from nmt_specdec.decoding.backends.torch.layers import (
     keep_cross_rows,
     layer_pass,
     layer_weights,
+    transposed,
 )
 from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, encoder_memory
 from nmt_specdec.decoding.positions import PositionTable
@@ -55,7 +56,7 @@ class LeanDraftHead:
             head.refine_norm.weight.detach(), head.refine_norm.bias.detach(),
             head.refine_norm.eps)
         self.output_w = head.output_weight().detach()  # (V, C)
-        self.output_t = self.output_w.t().contiguous()  # (C, V)
+        self.output_t = transposed(self.output_w)  # (C, V)
         norm = head.layer_norm
         self.final_norm = None if norm is None else (norm.weight.detach(), norm.bias.detach(),
                                                      norm.eps)

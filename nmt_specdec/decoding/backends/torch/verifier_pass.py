@@ -22,6 +22,7 @@ from nmt_specdec.decoding.backends.torch.layers import (
     keep_cross_rows,
     layer_pass,
     layer_weights,
+    transposed,
 )
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.draft_tree import tree_attention_mask
@@ -56,9 +57,8 @@ class LeanVerifier:
         # in inference too (the noise itself is training-only).
         noise = getattr(decoder, "quant_noise", None)
         self.embed_projection_t = (None if noise is None
-                                   else noise.weight.detach().t().contiguous())  # (C, C)
-        # (C, V): MKL projects a few rows about twice as fast from this layout.
-        self.output_t = decoder.output_projection.weight.detach().t().contiguous()
+                                   else transposed(noise.weight))  # (C, C)
+        self.output_t = transposed(decoder.output_projection.weight)  # (C, V)
         norm = decoder.layer_norm
         self.final_norm = None if norm is None else (norm.weight.detach(), norm.bias.detach(),
                                                      norm.eps)
@@ -66,6 +66,7 @@ class LeanVerifier:
         self.embed_norm = None if norm is None else (norm.weight.detach(), norm.bias.detach(),
                                                      norm.eps)
         # Twice the model's positions: drafts past the length limit stay in the table.
+        # (The table takes the model's float type: a half model adds half positions.)
         self.positions = (None if decoder.embed_positions is None else
                           PositionTable(decoder.embed_positions, 2 * decoder.max_positions()))
 

@@ -1,0 +1,128 @@
+"""The engine in bfloat16 and float16 (on the CPU here; the same code runs on CUDA).
+
+A half-precision model must stay half (position tables, the draft head's
+inputs), while acceptance and scores read float32 and beta = 1 breaks ties as
+greedy's argmax. What beta = 1 promises in half precision:
+
+- with ``--deterministic`` (fixed-shape replay) it equals greedy of the same
+  precision on every sentence, at any batch size: asserted here;
+- without it, a verify pass scores K+1 positions where greedy scores one, and
+  half-precision kernels round by shape (the CPU's attention kernel blocks its
+  queries, see ``docs/engine.md``), so a near-tie can flip, as it flips between
+  two batch sizes of greedy itself. Asserted: every difference is
+  a near-tie at the precision's resolution (``mismatch.near_tie_gap``).
+
+How often each happens, and how far half greedy is from fp32 greedy, is reported
+at the end of the run (``half precision:`` lines), not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import pytest
+import torch
+
+from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
+from nmt_specdec.evaluation.mismatch import logit_gaps
+from tests.conftest import report_line
+from tests.helpers.shipped_model import (
+    SETTINGS,
+    decode_all,
+    encoded_split,
+    hand_written_sources,
+    load_model,
+    shipped_generator,
+)
+
+# bfloat16 runs natively on current CPUs; float16 is emulated there (slow), so it
+# decodes the 40 hand-written sentences only.
+SENTENCES = {torch.bfloat16: 100, torch.float16: 40}
+SPECDEC = [SpecDecOptions(k=2), SpecDecOptions(k=4), SpecDecOptions(k=2, candidates=2),
+           SpecDecOptions(k=4, auto_k=True)]
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    model, task = load_model()
+    split = encoded_split(tmp_path_factory.mktemp("split"), SENTENCES[torch.bfloat16], task)
+    return model, task, split
+
+
+def _sources(shipped, dtype):
+    _, task, split = shipped
+    return split if dtype == torch.bfloat16 else hand_written_sources(task, SENTENCES[dtype])
+
+
+def _half(model, dtype):
+    return copy.deepcopy(model).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", list(SENTENCES), ids=str)
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_beta1_differs_from_same_precision_greedy_only_at_near_ties(shipped, dtype,
+                                                                    batch_size) -> None:
+    model, task, _ = shipped
+    sources = _sources(shipped, dtype)
+    half = _half(model, dtype)
+    greedy = decode_all(shipped_generator(half, task), half, task, sources, batch_size)
+    differing = 0
+    for options in SPECDEC:
+        generator = shipped_generator(half, task, options=options)
+        ours = decode_all(generator, half, task, sources, batch_size)
+        if not options.auto_k:  # (auto may find drafting too slow here, and not draft)
+            assert generator.stats.tokens / generator.stats.iterations > 1.5
+        gaps = logit_gaps(half, sources, dict(enumerate(greedy)), dict(enumerate(ours)),
+                          task.target_dictionary.eos())
+        assert all(gap["near_tie"] for gap in gaps), (options, gaps)
+        differing += sum(a != b for a, b in zip(ours, greedy))
+    fp32 = decode_all(shipped_generator(model, task), model, task, sources, batch_size)
+    same = sum(a == b for a, b in zip(greedy, fp32))
+    report_line(f"half precision: {dtype} batch {batch_size}: greedy = fp32 greedy on "
+                f"{same}/{len(sources)}; beta=1 != {dtype} greedy on {differing} of "
+                f"{len(SPECDEC) * len(sources)} decodes, every one a near-tie")
+
+
+@pytest.mark.parametrize("dtype", list(SENTENCES), ids=str)
+def test_deterministic_beta1_equals_deterministic_greedy(shipped, dtype) -> None:
+    model, task, _ = shipped
+    sources = _sources(shipped, dtype)
+    half = _half(model, dtype)
+    outputs = {}
+    for k in (0, 2):
+        for batch_size in (1, 8):
+            generator = _deterministic(half, task, k)
+            outputs[k, batch_size] = decode_all(generator, half, task, sources, batch_size)
+    reference = outputs[0, 1]
+    for key, tokens in outputs.items():
+        differ = [i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b]
+        assert not differ, f"K, batch {key}: sentences {differ} differ"
+
+
+def _deterministic(model, task, k: int) -> DeterministicGenerator:
+    rules = LengthRules.from_generation_args(argparse.Namespace(
+        min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
+        max_len_b=SETTINGS["max_len_b"]), model, per_sentence=True)
+    fast = shipped_generator(model, task, options=SpecDecOptions(k=k, deterministic=True))
+    replay = FixedShapeReplay(model, task.target_dictionary, rules)
+    return DeterministicGenerator(fast, replay, task.target_dictionary)
+
+
+@pytest.mark.parametrize("dtype", list(SENTENCES), ids=str)
+def test_half_model_stays_half(shipped, dtype) -> None:
+    # Float32 positions would promote the activations, which then meet half weights
+    # in the next matmul (an error on a GPU); scores come back in float32.
+    model, task, _ = shipped
+    half = _half(model, dtype)
+    generator = shipped_generator(half, task, k=2)
+    lean = generator.lean_verifier().lean
+    tokens = torch.tensor([[task.target_dictionary.eos(), 5, 6]])
+    assert lean.embed_inputs(tokens, torch.arange(3).unsqueeze(0)).dtype == dtype
+    sources = hand_written_sources(task, 1)
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    hypothesis = generator.generate([half], dataset.collater([dataset[0]]))[0][0]
+    assert hypothesis["positional_scores"].dtype == torch.float32
+    assert torch.isfinite(hypothesis["positional_scores"]).all()
+
