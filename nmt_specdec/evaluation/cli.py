@@ -193,6 +193,12 @@ def _add_decoding_args(group) -> None:
         help="add CTranslate2 fp32 and int8 greedy rows: the verifier is exported "
         "as a stock transformer and converted (needs the ctranslate2 package)",
     )
+    for flag, dtype in (("--fp16", "float16"), ("--bf16", "bfloat16")):
+        group.add_argument(
+            flag, dest="precisions", action="append_const", const=dtype, default=[],
+            help=f"also run stock greedy, the engine's torch rows and (where the device "
+            f"has it) CTranslate2 greedy on a {dtype} copy of the model",
+        )
     group.add_argument(
         "--stock-only",
         action="store_true",
@@ -258,7 +264,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     logs.setup()  # quiet before the parser imports fairseq; --verbose is read next
     args = build_parser().parse_args(argv)
     logs.setup(args.verbose)
-    from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD, TIME_SPLIT_PNG, run
+    from nmt_specdec.evaluation.pipeline import (
+        PLOT_PNG,
+        RESULTS_JSON,
+        RESULTS_MD,
+        TIME_SPLIT_PNG,
+        run,
+    )
     from nmt_specdec.evaluation.report import markdown_table
 
     try:

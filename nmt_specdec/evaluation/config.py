@@ -48,7 +48,12 @@ class EvalConfig:
             head inside the verify call.
         drafters: who drafts the SpecDec rows with K > 0 (``--spec-drafter``);
             ``verifier-int8`` rows run on fp32 onnxruntime only.
-        ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier.
+        ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier,
+            on the run's device.
+        precisions: half precisions (``float16``, ``bfloat16``) whose rows are added
+            beside the fp32 ones: stock greedy, the engine's torch rows and
+            CTranslate2 greedy (where the device supports it) on a copy of the
+            model in that precision.
         batch_sizes: sentences per batch; each configuration runs at each size.
         repeats: timed passes per configuration and batch size (median and min-max
             reported).
@@ -90,6 +95,7 @@ class EvalConfig:
     fused_draft: bool = False
     drafters: Tuple[str, ...] = ("head",)
     ct2: bool = False
+    precisions: Tuple[str, ...] = ()
     batch_sizes: Tuple[int, ...] = (1, 32)
     repeats: int = 5
     order_seed: int = 0
@@ -119,6 +125,7 @@ class DecoderSpec:
         fused_draft: drafts from the verify call (onnxruntime, K > 0).
         candidates: drafts verified per slot (``--spec-candidates``; 1 = a chain).
         drafter: who drafts (``--spec-drafter``).
+        dtype: the model's precision (``float32``, ``float16``, ``bfloat16``).
     """
 
     kind: str
@@ -132,27 +139,30 @@ class DecoderSpec:
     fused_draft: bool = False
     candidates: int = 1
     drafter: str = "head"
+    dtype: str = "float32"
 
     @property
     def name(self) -> str:
         """What the row does: ``stock greedy``, ``stock beam5``, ``engine greedy``
         (the SpecDec loop with K=0: no drafting), ``SpecDec K=4 β=1``,
         ``SpecDec K=4 β=3 τ=1``, ``SpecDec auto K≤4 β=1``, ``CTranslate2 greedy int8``;
-        rows on another backend than torch end in ``[onnxruntime int8 fused]``."""
-        if self.kind == "stock":
-            return "stock greedy" if self.beam == 1 else f"stock beam{self.beam}"
+        rows on another backend than torch end in ``[onnxruntime int8 fused]``, half
+        precision rows in ``fp16``/``bf16``."""
         if self.kind == "ct2":
-            return f"CTranslate2 greedy {'int8' if self.int8 else 'fp32'}"
+            return f"CTranslate2 greedy {'int8' if self.int8 else SHORT_DTYPE[self.dtype]}"
+        half = "" if self.dtype == "float32" else f" {SHORT_DTYPE[self.dtype]}"
+        if self.kind == "stock":
+            return ("stock greedy" if self.beam == 1 else f"stock beam{self.beam}") + half
         runtime = "" if self.backend == "torch" else (
             f" [{self.backend}{' int8' if self.int8 else ''}"
             f"{' fused' if self.fused_draft else ''}]")
         if self.k == 0:
-            return f"engine greedy{runtime}"
+            return f"engine greedy{half}{runtime}"
         tau = "" if self.beta == 1 else f" τ={self.tau:g}"
         k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
         tree = f" C={self.candidates}" if self.candidates > 1 else ""
         drafter = "" if self.drafter == "head" else f" drafter={self.drafter}"
-        return f"SpecDec {k}{tree} β={self.beta}{tau}{drafter}{runtime}"
+        return f"SpecDec {k}{tree} β={self.beta}{tau}{drafter}{half}{runtime}"
 
     @property
     def role(self) -> str:
@@ -168,8 +178,11 @@ class DecoderSpec:
 
     @property
     def is_baseline(self) -> bool:
-        """Stock greedy search: the reference for speedups and agreement."""
-        return self.kind == "stock" and self.beam == 1
+        """Stock greedy search in fp32: the reference for speedups and agreement."""
+        return self.kind == "stock" and self.beam == 1 and self.dtype == "float32"
+
+
+SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 BASELINE = DecoderSpec("stock", beam=1)
@@ -194,7 +207,7 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     if cfg.ct2:
         specs += [DecoderSpec("ct2", int8=False), DecoderSpec("ct2", int8=True)]
     if cfg.stock_only:
-        return specs
+        return specs + _half_precision_specs(cfg, [])
     grid = _specdec_grid(cfg, default_k)
     for backend in dict.fromkeys(cfg.backends):
         ort = backend == "onnxruntime"
@@ -207,6 +220,19 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                 if ort and not int8 and not fused and "verifier-int8" in cfg.drafters:
                     specs += [dataclasses.replace(spec, backend=backend, drafter="verifier-int8")
                               for spec in grid if spec.k and spec.candidates == 1]
+    return specs + _half_precision_specs(cfg, grid)
+
+
+def _half_precision_specs(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:
+    """Stock greedy, CTranslate2 greedy and the torch grid again in each precision
+    of ``cfg.precisions`` (the ONNX Runtime backend runs fp32 and int8 only)."""
+    specs = []
+    for dtype in cfg.precisions:
+        specs.append(dataclasses.replace(BASELINE, dtype=dtype))
+        if cfg.ct2:
+            specs.append(DecoderSpec("ct2", dtype=dtype))
+        specs += [dataclasses.replace(spec, dtype=dtype) for spec in grid
+                  if spec.drafter == "head"]
     return specs
 
 
@@ -247,6 +273,9 @@ def validate(cfg: EvalConfig) -> None:
             raise UserError(f"{flag} needs onnxruntime among --backend")
     if "verifier-int8" in cfg.drafters and not onnx & set(cfg.backends):
         raise UserError("--drafters verifier-int8 needs onnxruntime among --backend")
+    if cfg.precisions and not cfg.stock_only and "torch" not in cfg.backends:
+        raise UserError("--fp16/--bf16 rows run on the torch backend: add --backend torch "
+                        "(ONNX Runtime runs fp32 and int8)")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)

@@ -5,14 +5,18 @@ The SpecDec checkpoint's verifier is exported as a stock fairseq ``transformer``
 takes as it is), converted with CTranslate2's own fairseq converter into
 ``<out>/ctranslate2/``, and decoded greedily (beam 1) with fairseq's length
 rules, behind fairseq's generator interface so that the runner times it in the
-same interleaved passes as every other row. int8 rows load the same converted
-model with ``compute_type="int8"`` (CTranslate2 quantizes on load).
+same interleaved passes as every other row. int8 and half-precision rows load
+the same converted model with another ``compute_type`` (CTranslate2 converts on
+load). Every row runs on the model's device, so a CUDA evaluation compares GPU
+with GPU; a compute type the device lacks (float16 on most CPUs) drops its row
+with a warning.
 
 Shapes: B sentences, S source length.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Dict, List
 
@@ -21,6 +25,8 @@ from torch import nn
 
 from nmt_specdec.decoding.options import LengthRules
 from nmt_specdec.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 _CONVERTED: Dict[tuple, str] = {}  # (checkpoint, out dir) -> converted model dir
 
@@ -96,14 +102,32 @@ class CT2Generator:
                 "alignment": None, "positional_scores": torch.zeros(len(ids))}
 
 
-def ct2_generator(cfg, task, model: nn.Module, int8: bool) -> CT2Generator:
-    """The CTranslate2 row's generator for an evaluation config (``EvalConfig``)."""
+def compute_type(spec) -> str:
+    """CTranslate2's ``compute_type`` for a row (a ``DecoderSpec`` of kind ct2)."""
+    return "int8" if spec.int8 else spec.dtype
+
+
+def ct2_supports(spec, device: torch.device) -> bool:
+    """Whether CTranslate2 runs this row's compute type on ``device`` (else warns)."""
+    supported = require_ctranslate2().get_supported_compute_types(device.type)
+    if compute_type(spec) in supported:
+        return True
+    logger.warning("%s: CTranslate2 has no %s on %s (it has %s); row dropped", spec.name,
+                   compute_type(spec), device.type, ", ".join(sorted(supported)))
+    return False
+
+
+def ct2_generator(cfg, task, model: nn.Module, spec) -> CT2Generator:
+    """The CTranslate2 row's generator for an evaluation config (``EvalConfig``), on
+    the model's device."""
     ctranslate2 = require_ctranslate2()
     data = cfg.data or os.path.dirname(os.path.abspath(cfg.checkpoint))
     model_dir = convert_verifier(cfg.checkpoint, data, task.cfg.source_lang,
                                  task.cfg.target_lang, os.path.join(cfg.out, "ctranslate2"))
-    translator = ctranslate2.Translator(model_dir, device="cpu",
-                                        compute_type="int8" if int8 else "float32",
+    device = next(model.parameters()).device
+    translator = ctranslate2.Translator(model_dir, device=device.type,
+                                        device_index=device.index or 0,
+                                        compute_type=compute_type(spec),
                                         inter_threads=1, intra_threads=cfg.threads)
     rules = LengthRules(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
                         max_positions=model.max_decoder_positions(), min_len=cfg.min_len)

@@ -83,7 +83,7 @@ def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
     if spec.kind == "ct2":
         from nmt_specdec.evaluation.ct2 import ct2_generator
 
-        return ct2_generator(cfg, task, model, spec.int8)
+        return ct2_generator(cfg, task, model, spec)
     gen = generation_config(cfg, spec.beam)
     options: dict = {}
     if hasattr(task.cfg, "spec_decoding"):

@@ -7,6 +7,7 @@ results.json, results.md, bleu_vs_speedup.png.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
 import logging
@@ -26,6 +27,7 @@ from nmt_specdec.evaluation.config import (
     build_grid,
     validate,
 )
+from nmt_specdec.evaluation.ct2 import ct2_supports
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
 from nmt_specdec.evaluation.profiling import Profile, profile_run
 from nmt_specdec.evaluation.runner import Run
@@ -75,11 +77,13 @@ def run(cfg: EvalConfig) -> dict:
         specs = [s for s in specs if not (s.kind == "specdec" and s.k and s.drafter == "head")]
     if any(spec.kind == "specdec" for spec in specs):
         loading.check_specdec_supported(task, model, specs)
-    runs = build_runs(cfg, task, model, specs, testset, device)
+    specs = [spec for spec in specs if spec.kind != "ct2" or ct2_supports(spec, device)]
+    models = precision_copies(model, cfg.precisions)
+    runs = build_runs(cfg, task, models, specs, testset, device)
     orders = runner.pass_orders(len(runs), cfg.repeats, cfg.order_seed)
-    profiles = decode_all(cfg, task, model, runs, device, orders)
+    profiles = decode_all(cfg, task, runs, device, orders)
     rows, signatures = score_runs(runs, testset, detokenize, profiles)
-    ties = _greedy_mismatches(model, task, runs, testset)
+    ties = _greedy_mismatches(models, task, runs, testset)
     results = {
         "schema_version": report.SCHEMA_VERSION,
         "command": cfg.command,
@@ -136,29 +140,40 @@ def load_testset(cfg: EvalConfig, task, detokenize: metrics.Detokenizer) -> Test
     return load_binarized(task, cfg.split, detokenize, cfg.ref_file, cfg.max_sentences)
 
 
+def precision_copies(model: nn.Module, precisions) -> Dict[str, nn.Module]:
+    """The model by precision name: itself for float32, a cast copy for each of
+    ``precisions`` (their rows decode with the copy, the fp32 rows keep theirs)."""
+    copies = {"float32": model}
+    for name in precisions:
+        # (A copy of an eval-mode model is in eval mode; fairseq's generation-only
+        # models return None from eval().)
+        copies[name] = copy.deepcopy(model).to(getattr(torch, name))
+    return copies
+
+
 def build_runs(
     cfg: EvalConfig,
     task,
-    model: nn.Module,
+    models: Dict[str, nn.Module],
     specs,
     testset: TestSet,
     device: torch.device,
 ) -> List[Run]:
     """One run per (configuration, batch size); generators are built once per spec."""
     generators = {
-        spec: loading.build_generator(task, model, spec, cfg) for spec in specs
+        spec: loading.build_generator(task, models[spec.dtype], spec, cfg) for spec in specs
     }
     runs = []
     for batch_size in sorted(set(cfg.batch_sizes)):
         batches = make_batches(task, testset.sources, batch_size, device)
-        runs += [Run(spec, batch_size, generators[spec], batches) for spec in specs]
+        runs += [Run(spec, batch_size, generators[spec], models[spec.dtype], batches)
+                 for spec in specs]
     return runs
 
 
 def decode_all(
     cfg: EvalConfig,
     task,
-    model: nn.Module,
     runs: List[Run],
     device: torch.device,
     orders: List[List[int]],
@@ -168,20 +183,20 @@ def decode_all(
     progress = _progress_bar(cfg.progress)
     runner.freeze_heap()
     try:
-        runner.warm_up(task, model, runs, device, cfg.warmup_batches, progress)
-        runner.measure(task, model, runs, device, orders, progress)
-        return profile_runs(task, model, runs, device, progress) if cfg.profile else {}
+        runner.warm_up(task, runs, device, cfg.warmup_batches, progress)
+        runner.measure(task, runs, device, orders, progress)
+        return profile_runs(task, runs, device, progress) if cfg.profile else {}
     finally:
         gc.unfreeze()
 
 
 def profile_runs(
-    task, model, runs: List[Run], device: torch.device, progress
+    task, runs: List[Run], device: torch.device, progress
 ) -> Dict[Tuple, Profile]:
     """One instrumented pass per SpecDec run (after, and apart from, the timed ones)."""
     chosen = [run for run in runs if run.spec.kind == "specdec"]
     return {
-        (run.spec, run.batch_size): profile_run(task, model, run, device)
+        (run.spec, run.batch_size): profile_run(task, run, device)
         for run in progress(chosen, desc="profile")
     }
 
@@ -194,8 +209,9 @@ def score_runs(
 ) -> Tuple[List[dict], dict]:
     """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
-    # "vs engine greedy" compares with the engine's greedy on the same backend.
-    engine_greedy = {(run.batch_size, run.spec.backend, run.spec.int8): run for run in runs
+    # "vs engine greedy" compares with the engine's greedy on the same backend and
+    # in the same precision.
+    engine_greedy = {_greedy_key(run): run for run in runs
                      if run.spec.kind == "specdec" and run.spec.k == 0}
     rows, signatures = [], {}
     for run in runs:
@@ -224,38 +240,52 @@ def _engine_greedy_for(run: Run, engine_greedy: Dict[Tuple, Run]) -> Optional[Ru
     """SpecDec rows: the engine greedy of their backend; stock and CTranslate2 rows:
     the torch one (else any) at the same batch size."""
     if run.spec.kind == "specdec":
-        return engine_greedy.get((run.batch_size, run.spec.backend, run.spec.int8))
-    same_batch = [r for (batch, _, _), r in engine_greedy.items() if batch == run.batch_size]
-    return engine_greedy.get((run.batch_size, "torch", False)) or next(iter(same_batch), None)
+        return engine_greedy.get(_greedy_key(run))
+    same_batch = [r for key, r in engine_greedy.items() if key[0] == run.batch_size]
+    return (engine_greedy.get((run.batch_size, "torch", False, run.spec.dtype))
+            or engine_greedy.get((run.batch_size, "torch", False, "float32"))
+            or next(iter(same_batch), None))
 
 
-def _greedy_mismatches(model, task, runs: List[Run], testset: TestSet) -> List[dict]:
-    """Logit gaps where a beta=1 SpecDec row differs from stock greedy (near-ties).
+def _greedy_key(run: Run) -> Tuple:
+    return run.batch_size, run.spec.backend, run.spec.int8, run.spec.dtype
 
-    An int8 verifier is another model: its beta=1 rows must equal *its* greedy
-    (the int8 engine greedy row of the same backend and batch size), and their
-    differences from fp32 stock greedy are quantization, counted in the table's
-    ``!= greedy`` column, not logit gaps of the fp32 model.
+
+def _greedy_mismatches(models: Dict[str, nn.Module], task, runs: List[Run],
+                       testset: TestSet) -> List[dict]:
+    """Where a beta=1 SpecDec row differs from its greedy reference, and why.
+
+    fp32 rows: logit gaps against stock greedy (near-ties, else a bug). A half-
+    precision model rounds by pass shape, so its rows are compared with the engine
+    greedy of the same precision, with gaps read at that precision. An int8
+    verifier is another model: its rows must equal *its* greedy (the int8 engine
+    greedy row of the same backend and batch size); their differences from fp32
+    stock greedy are quantization, counted in the table's ``!= greedy`` column.
     """
     baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
-    int8_greedy = {(run.batch_size, run.spec.backend): run for run in runs
-                   if run.spec.kind == "specdec" and run.spec.k == 0 and run.spec.int8}
+    greedy = {_greedy_key(run): run for run in runs
+              if run.spec.kind == "specdec" and run.spec.k == 0}
     found = []
     for run in runs:
         if run.spec.kind != "specdec" or run.spec.beta != 1:
             continue
+        reference = greedy.get(_greedy_key(run))
         if run.spec.int8:
-            reference = int8_greedy.get((run.batch_size, run.spec.backend))
             if reference is not None and reference is not run:
                 differs = metrics.count_differences(run.outputs, reference.outputs)
                 if differs:
                     found.append({"decoder": run.spec.name, "batch_size": run.batch_size,
                                   "int8_reference": reference.spec.name, "differs": differs})
             continue
-        for gap in mismatch.logit_gaps(model, testset.sources,
-                                       baselines[run.batch_size].outputs, run.outputs,
+        if run.spec.dtype == "float32":
+            reference = baselines[run.batch_size]
+        elif reference is None or reference is run:
+            continue
+        for gap in mismatch.logit_gaps(models[run.spec.dtype], testset.sources,
+                                       reference.outputs, run.outputs,
                                        task.target_dictionary.eos()):
-            found.append({"decoder": run.spec.name, "batch_size": run.batch_size, **gap})
+            found.append({"decoder": run.spec.name, "batch_size": run.batch_size,
+                          "reference": reference.spec.name, **gap})
     return found
 
 

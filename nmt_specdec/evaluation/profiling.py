@@ -84,7 +84,7 @@ class _Clock:
 
 
 @contextmanager
-def instrumented(model, generator, device: torch.device) -> Iterator[_Clock]:
+def instrumented(generator, device: torch.device) -> Iterator[_Clock]:
     """Wraps the generator's model calls with a clock; restores them on exit."""
     clock = _Clock(device)
     backend, drafter, verifier = generator.backend, generator.drafter, generator.lean_verifier()
@@ -112,8 +112,8 @@ def _component(attr: str) -> str:
     return {"encode": "encoder", "propose": "draft", "run": RUNTIME}.get(attr, "verify")
 
 
-def profile_run(task, model, run: Run, device: torch.device) -> Profile:
+def profile_run(task, run: Run, device: torch.device) -> Profile:
     """One untimed, instrumented pass of a SpecDec run over the whole test set."""
-    with instrumented(model, run.generator, device) as clock:
-        total = decode_pass(task, model, run, device).seconds
+    with instrumented(run.generator, device) as clock:
+        total = decode_pass(task, run, device).seconds
     return Profile(total=total, **clock.seconds)

@@ -102,6 +102,7 @@ def make_row(
         "int8": run.spec.int8,
         "fused_draft": run.spec.fused_draft,
         "drafter": run.spec.drafter,
+        "dtype": run.spec.dtype,
         "beam": run.spec.beam,
         "k": run.spec.k,
         "auto_k": run.spec.auto,
@@ -173,14 +174,20 @@ def write_json(results: dict, path: str) -> None:
         handle.write("\n")
 
 
+_CUDA_COLUMN = ("CUDA peak MiB", "cuda_peak_mib", "{:.0f}", None)
+
+
 def markdown_table(rows: List[dict]) -> str:
-    """One line per (batch size, configuration); n/a where a figure does not apply."""
+    """One line per (batch size, configuration); n/a where a figure does not apply.
+    A run on CUDA adds each row's peak allocation."""
+    columns = _COLUMNS + ((_CUDA_COLUMN,) if any(r.get("cuda_peak_mib") for r in rows)
+                          else ())
     lines = [
-        "| " + " | ".join(column[0] for column in _COLUMNS) + " |",
-        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(_COLUMNS))) + "|",
+        "| " + " | ".join(column[0] for column in columns) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(columns))) + "|",
     ]
     for row in rows:
-        cells = [format_cell(row, *column[1:]) for column in _COLUMNS]
+        cells = [format_cell(row, *column[1:]) for column in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -223,7 +230,9 @@ def markdown_report(results: dict) -> str:
     ties = results.get("greedy_mismatches") or []
     parts += ["", "## beta=1 outputs that differ from their greedy reference", "",
               "fp32 rows: stock greedy; int8 rows: the int8 verifier's own greedy (the int8 "
-              "engine greedy row), since quantization changes the model.", ""]
+              "engine greedy row), since quantization changes the model; fp16/bf16 rows: "
+              "the engine greedy of the same precision, whose rounding depends on the pass "
+              "shape (gaps read at that precision).", ""]
     parts += [_mismatch_line(t) for t in ties] or ["None."]
     profile = time_split_table(results["rows"])
     if profile:
@@ -241,8 +250,8 @@ def _mismatch_line(t: dict) -> str:
         return (f"- {t['decoder']} bs{t['batch_size']}: {t['differs']} sentence(s) differ "
                 f"from {t['int8_reference']} (int8 rounding differs between pass shapes)")
     return (f"- {t['decoder']} bs{t['batch_size']}: sentence {t['sentence']}, step {t['step']}: "
-            f"logit gap {t['logit_gap']:.2e} between tokens {t['reference_token']} and "
-            f"{t['other_token']}"
+            f"logit gap {t['logit_gap']:.2e} between tokens {t['reference_token']} "
+            f"({t.get('reference', 'stock greedy')}) and {t['other_token']}"
             + ("" if t["near_tie"] else
                " — NOT a near-tie for its precision: a bug, not rounding"))
 

@@ -36,6 +36,7 @@ class Run:
         spec: the decoder configuration.
         batch_size: sentences per batch.
         generator: the fairseq generator (stock or SpecDec).
+        model: the model it decodes with (a half-precision copy for fp16/bf16 rows).
         batches: the test set, collated and on the device.
         seconds: wall time of each timed pass.
         cpu_seconds: CPU time of this process in each timed pass (all threads); with
@@ -50,6 +51,7 @@ class Run:
     spec: DecoderSpec
     batch_size: int
     generator: nn.Module
+    model: nn.Module
     batches: List[Batch]
     seconds: List[float] = field(default_factory=list)
     cpu_seconds: List[float] = field(default_factory=list)
@@ -87,7 +89,6 @@ def synchronize(device: torch.device) -> None:
 
 def decode_pass(
     task,
-    model: nn.Module,
     run: Run,
     device: torch.device,
     batches: Optional[List[Batch]] = None,
@@ -103,6 +104,7 @@ def decode_pass(
     Returns:
         The pass's wall and CPU time and its hypotheses.
     """
+    model = run.model
     prepare_model(model, run.spec)
     if run.spec.kind == "specdec":
         run.generator.stats = SpecDecStats()  # per measurement
@@ -136,7 +138,6 @@ def freeze_heap() -> None:
 
 def warm_up(
     task,
-    model: nn.Module,
     runs: Iterable[Run],
     device: torch.device,
     num_batches: int,
@@ -146,7 +147,7 @@ def warm_up(
     if num_batches == 0:
         return
     for run in progress(list(runs), desc="warm-up"):
-        decode_pass(task, model, run, device, run.batches[:num_batches])
+        decode_pass(task, run, device, run.batches[:num_batches])
 
 
 def pass_orders(num_runs: int, repeats: int, seed: int) -> List[List[int]]:
@@ -166,7 +167,6 @@ def pass_orders(num_runs: int, repeats: int, seed: int) -> List[List[int]]:
 
 def measure(
     task,
-    model: nn.Module,
     runs: List[Run],
     device: torch.device,
     orders: List[List[int]],
@@ -181,7 +181,7 @@ def measure(
             bar.set_postfix_str(run.label)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        timed = decode_pass(task, model, run, device)
+        timed = decode_pass(task, run, device)
         run.seconds.append(timed.seconds)
         run.cpu_seconds.append(timed.cpu_seconds)
         if device.type == "cuda":
