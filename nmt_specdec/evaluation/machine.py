@@ -23,6 +23,37 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# /proc/cpuinfo flag -> the name results tables give the instruction set: ratios
+# between runtimes move with these (int8 kernels with VNNI/AMX, bf16 with AVX512-BF16).
+ISA_FLAGS = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"),
+             ("avx_vnni", "AVX-VNNI"), ("avx512_bf16", "AVX512-BF16"), ("amx_tile", "AMX"))
+
+
+def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The vector instruction sets of this CPU that matter for decoding, e.g.
+    ``AVX2 AVX-512 VNNI AVX512-BF16`` ("unknown" without /proc/cpuinfo)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle
+                          if line.startswith("flags")), None)
+    except OSError:
+        flags = None
+    if flags is None:
+        return "unknown"
+    return " ".join(name for flag, name in ISA_FLAGS if flag in flags) or "no AVX2"
+
+
+def runtime_versions() -> dict:
+    """Versions of the runtimes whose rows a table may hold (None: not installed)."""
+    versions = {}
+    for name in ("onnxruntime", "ctranslate2"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = None
+    return versions
+
+
 def gpu_name(device: torch.device) -> Optional[str]:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
@@ -40,6 +71,7 @@ def machine_info(device: torch.device) -> dict:
 
     return {
         "cpu": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "cpu_count": os.cpu_count(),
         "device": str(device),
         "gpu": gpu_name(device),
@@ -51,4 +83,5 @@ def machine_info(device: torch.device) -> dict:
         "torch": torch.__version__,
         "fairseq": getattr(fairseq, "__version__", "unknown"),
         "sacrebleu": sacrebleu.__version__,
+        **runtime_versions(),
     }

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from nmt_specdec.evaluation.report import format_cell, timing_line
+from nmt_specdec.evaluation.report import format_cell, machine_line, timing_line
 from nmt_specdec.evaluation.time_split import plot_time_split, time_split_table
 
 # (header, row key, format, spread prefix), as in report._COLUMNS.
@@ -46,12 +46,12 @@ def readme_table(results: dict) -> str:
     machine = results["machine"]
     # Two lines (one paragraph in Markdown), so neither runs past the docs' line width.
     lines += ["", f"BLEU signature `{results['signatures']['bleu']}`.",
-              f"Machine: {machine.get('gpu') or machine.get('cpu')} ({machine['device']}), "
-              f"{machine['torch_threads']} torch thread(s); CPU/wall time of the timed "
-              f"passes {results['timing']['cpu_over_wall']:.2f}."]
+              machine_line(machine).strip(),
+              f"CPU/wall time of the timed passes {results['timing']['cpu_over_wall']:.2f}."]
     mismatches = results.get("greedy_mismatches") or []
     # (results written before int8 rows got their own reference listed them here too)
-    ties = [t for t in mismatches if "logit_gap" in t and "int8" not in t["decoder"]]
+    ties = [t for t in mismatches if "logit_gap" in t and "int8" not in t["decoder"]
+            and t.get("reference", "stock greedy") == "stock greedy"]
     if ties:
         worst = max(t["logit_gap"] for t in ties)
         lines.append(f"fp32 β=1 outputs that differ from stock greedy: {len(ties)}, largest "

@@ -217,7 +217,7 @@ def markdown_report(results: dict) -> str:
         f"BLEU: `{results['signatures']['bleu']}`  ",
         f"chrF: `{results['signatures']['chrf']}`",
         "",
-        _machine_line(machine),
+        machine_line(machine),
         f"Parameters: verifier {model['parameters']['verifier']:,}, draft head "
         f"{model['parameters']['draft_head']:,}. "
         f"Peak RSS {memory['peak_rss_mib']:.0f} MiB"
@@ -277,10 +277,16 @@ def _busy(results: dict) -> bool:
     )
 
 
-def _machine_line(machine: Dict) -> str:
+def machine_line(machine: Dict) -> str:
+    """The processor (its instruction sets), threads and runtime versions, in one
+    line: ratios between runtimes move with all of them."""
     device = machine["gpu"] or machine["cpu"]
+    isa = f" [{machine['cpu_isa']}]" if machine.get("cpu_isa") and not machine["gpu"] else ""
+    runtimes = "".join(f", {label} {machine[key]}" for key, label in
+                       (("onnxruntime", "ONNX Runtime"), ("ctranslate2", "CTranslate2"))
+                       if machine.get(key))
     return (
-        f"Machine: {device} ({machine['device']}), {machine['torch_threads']} torch "
-        f"threads; torch {machine['torch']}, fairseq {machine['fairseq']}, "
+        f"Machine: {device}{isa} ({machine['device']}), {machine['torch_threads']} torch "
+        f"threads; torch {machine['torch']}{runtimes}, fairseq {machine['fairseq']}, "
         f"sacrebleu {machine['sacrebleu']}.  "
     )

@@ -1,0 +1,26 @@
+"""Results name the processor's instruction sets and the runtimes' versions."""
+
+from __future__ import annotations
+
+from nmt_specdec.evaluation.machine import cpu_isa, runtime_versions
+from nmt_specdec.evaluation.report import machine_line
+
+
+def test_cpu_isa_reads_the_flags(tmp_path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu sse avx2 avx512f avx512_vnni "
+                       "avx512_bf16 amx_tile\n")
+    assert cpu_isa(str(cpuinfo)) == "AVX2 AVX-512 VNNI AVX512-BF16 AMX"
+    cpuinfo.write_text("flags\t\t: fpu sse sse2\n")
+    assert cpu_isa(str(cpuinfo)) == "no AVX2"
+    assert cpu_isa(str(tmp_path / "missing")) == "unknown"
+
+
+def test_machine_line_names_isa_and_runtimes() -> None:
+    machine = {"cpu": "AMD EPYC", "cpu_isa": "AVX2 AVX-512", "gpu": None, "device": "cpu",
+               "torch_threads": 1, "torch": "2.13.0", "fairseq": "0.12.3",
+               "sacrebleu": "2.6.0", **runtime_versions()}
+    line = machine_line(machine)
+    assert "AMD EPYC [AVX2 AVX-512] (cpu)" in line
+    assert f"ONNX Runtime {machine['onnxruntime']}" in line
+    assert f"CTranslate2 {machine['ctranslate2']}" in line
