@@ -130,9 +130,9 @@ def greedy_token_ranks(model, sample: dict, outputs: List[Tensor], depth: int) -
         outputs: per sentence of the batch, its greedy tokens (EOS last).
         depth: K, the slots to rank.
     """
-    from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-    from nmt_specdec.decoding.backends.torch.layers import keep_cross_rows
-    from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
+    from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+    from nmt_specdec.decoding.passes.layers import keep_cross_rows
+    from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 
     decoder, head = model.decoder, model.draft_head
     verifier = LeanVerifier(decoder)

@@ -60,7 +60,7 @@ def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeat
           threads: int) -> List[Dict]:
     from nmt_specdec.decoding.backends import make_backend
     from nmt_specdec.decoding.backends.onnxruntime.graphs import VerifyGraph
-    from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
+    from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 
     torch.set_num_threads(threads)
     dictionary = task.target_dictionary

@@ -3,7 +3,7 @@
 - plain: fairseq's own generator (stock ``SequenceGenerator`` etc.);
 - ``--spec-decoding``: :class:`SpecDecGenerator`;
 - ``--deterministic``: either of the greedy ones above as the fast path, wrapped
-  in the fixed-shape replay of :mod:`nmt_specdec.determinism`.
+  in the fixed-shape replay of :mod:`nmt_specdec.decoding.replay.determinism`.
 """
 
 import logging
@@ -16,7 +16,7 @@ from nmt_specdec.decoding.options import (
     default_spec_k,
     parse_spec_k,
 )
-from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
+from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)

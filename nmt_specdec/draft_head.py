@@ -61,7 +61,7 @@ from torch import Tensor, nn
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from nmt_specdec.decoding.positions import embed_positions_at
+from nmt_specdec.decoding.passes.positions import embed_positions_at
 from nmt_specdec.errors import UserError
 
 FORMAT_VERSION = 2
@@ -199,7 +199,7 @@ class DraftHead(nn.Module):
                 encoder_out: Dict[str, List[Tensor]], num_slots: int,
                 rows: Optional[Tensor] = None) -> Tensor:
         """Scores K draft slots with the first pass alone (training and reference
-        path; decoding uses :mod:`nmt_specdec.decoding.backends.torch.draft_pass`
+        path; decoding uses :mod:`nmt_specdec.decoding.passes.draft_pass`
         on the same weights).
 
         Args:

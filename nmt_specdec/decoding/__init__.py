@@ -16,14 +16,17 @@ same weights directly. Everything at this level is shared by every backend:
 - :mod:`.cache`: the pre-allocated self-attention cache; roll-back moves each
   row's length, nothing is copied;
 - :mod:`.drafters`: the :class:`~.drafters.Drafter` interface the loop sees;
-- :mod:`.stats`: acceptance statistics; :mod:`.positions`: fairseq's position
-  numbering at explicit positions; :mod:`.ragged`: cache compaction for
-  fairseq's incremental state (the fixed-shape replay);
+- :mod:`.stats`: acceptance statistics;
 - :mod:`.layout`: which fairseq decoder layouts the engine decodes.
 
-The model calls (encode, verify N positions against the cache and the encoder
-memory, draft) live in :mod:`.backends`: ``backends/base.py`` is the interface,
-and each backend is one folder beside it (``torch/``, ``onnxruntime/``).
+The model math (the verifier and the draft head as lean passes, fairseq's
+position numbering at explicit positions) is :mod:`.passes`, written once: the
+torch backend runs it, the ONNX Runtime backend traces it. The model calls
+(encode, verify N positions against the cache and the encoder memory, draft)
+live in :mod:`.backends`: ``backends/base.py`` is the interface, and each
+backend is one folder beside it (``torch/``, ``onnxruntime/``) that imports
+this level and :mod:`.passes`, never another backend. :mod:`.replay` is
+``--deterministic``: the fixed-shape verified replay and its pass.
 
 Shapes: B active rows, N new positions, K draft slots, T cache slots, S source,
 L layers, H heads, D head dim, C model dim, V vocabulary.

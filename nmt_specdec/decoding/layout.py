@@ -1,8 +1,8 @@
 """Which layouts of fairseq's ``transformer`` decoder the SpecDec engine implements.
 
-Every backend's passes derive from the torch backend's lean pass
-(:mod:`.backends.torch.layers`, :mod:`.backends.torch.verifier_pass`), and the
-fixed-shape replay (:mod:`.backends.torch.replay_pass`) re-implements the
+Every backend runs (or traces) the lean passes
+(:mod:`.passes.layers`, :mod:`.passes.verifier_pass`), and the
+fixed-shape replay (:mod:`.replay.replay_pass`) re-implements the
 decoder's forward too. They cover every layout that fairseq's ``transformer``
 architecture family builds from its flags (tested against fairseq's own decoder, layout by layout):
 post- or pre-norm (``--decoder-normalize-before``, with or without

@@ -83,7 +83,7 @@ def test_refinement_never_reads_the_slot_it_predicts(shipped):
 
 
 def test_lean_pass_runs_the_refinement_as_the_module_does(shipped):
-    from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
+    from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 
     model, task, sources = shipped
     states, last, positions, encoder_out = _block(model, task, sources)

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
-from nmt_specdec.determinism import DeterministicGenerator, FixedShapeReplay
+from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.evaluation.mismatch import logit_gaps
 from tests.conftest import report_line
 from tests.helpers.shipped_model import (

@@ -16,10 +16,10 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
 from nmt_specdec.decoding.loop import SpecDecGenerator
 from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 from nmt_specdec.errors import CheckpointError
 from tests.helpers.specdec_toy import (
     WrongDrafter,

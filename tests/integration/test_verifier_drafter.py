@@ -1,5 +1,5 @@
 """``--spec-drafter verifier-int8``: the verifier's own 8-bit ONNX graph drafts, token
-by token, for the fp32 verifier (``nmt_specdec/decoding/verifier_drafter.py``).
+by token, for the fp32 verifier (``decoding/backends/onnxruntime/verifier_drafter.py``).
 
 - beta = 1 output is the fp32 greedy output, at batch 1 (the single-row loop)
   and 8 (the batched loop), with a fixed K and with ``--spec-k auto`` (whose

@@ -7,7 +7,7 @@ teacher-forced through fairseq's decoder and through
 * the lean pass (:class:`LeanVerifier`, what SpecDec and K=0 decode with), fed
   in two blocks over its cache, and
 * the fixed-shape replay's pass (:func:`verify_block` of
-  :mod:`nmt_specdec.decoding.backends.torch.replay_pass`, what ``--deterministic``
+  :mod:`nmt_specdec.decoding.replay.replay_pass`, what ``--deterministic``
   decodes with), also in two blocks;
 
 the logits (log-probabilities for the replay) must agree within ``ATOL``.
@@ -34,8 +34,8 @@ from typing import Sequence
 import pytest
 import torch
 
-from nmt_specdec.decoding.backends.torch.replay_pass import KVCache, verify_block
-from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
+from nmt_specdec.decoding.replay.replay_pass import KVCache, verify_block
 from nmt_specdec.errors import UserError
 from tests.helpers.specdec_toy import source_batch, write_toy_dictionaries
 
@@ -196,7 +196,7 @@ def test_attention_extras_are_refused(workdir, option):
     from fairseq.modules import MultiheadAttention
 
     from nmt_specdec.decoding.options import LengthRules
-    from nmt_specdec.determinism import FixedShapeReplay
+    from nmt_specdec.decoding.replay.determinism import FixedShapeReplay
 
     task, model = build_model(workdir, ())
     layer = model.decoder.layers[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt_specdec.decoding.ragged import compaction_index
+from nmt_specdec.decoding.replay.ragged import compaction_index
 
 
 

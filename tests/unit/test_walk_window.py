@@ -1,6 +1,6 @@
 """walk_window: which tokens one fixed-shape replay pass commits."""
 
-from nmt_specdec.determinism import _common_prefix, walk_window
+from nmt_specdec.decoding.replay.determinism import _common_prefix, walk_window
 
 EOS = 2
 

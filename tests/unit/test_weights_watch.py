@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
+from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 
 
 def _model() -> nn.Module:

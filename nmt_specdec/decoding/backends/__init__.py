@@ -5,14 +5,16 @@ Everything else (the loop, acceptance, the K policy, the cache) is in
 
 - ``base.py``: the interface (encode, verify N positions against the
   self-attention cache and the encoder memory, draft);
-- ``torch/``: eager PyTorch over the lean passes (any device; the GPU path);
-- ``onnxruntime/``: the torch backend's passes exported to ONNX once per
-  checkpoint, run by ONNX Runtime on the CPU (``--int8``: 8-bit weights;
-  ``--fused-draft``: drafts from the verify call);
+- ``torch/``: eager PyTorch over the lean passes of :mod:`nmt_specdec.decoding.passes`
+  (any device; the GPU path);
+- ``onnxruntime/``: the same passes exported to ONNX once per checkpoint, run
+  by ONNX Runtime on the CPU (``--int8``: 8-bit weights; ``--fused-draft``:
+  drafts from the verify call; ``--spec-drafter verifier-int8``);
 - ``auto`` (the default): :data:`CPU_BACKEND` for a model on the CPU, ``torch``
   on a GPU.
 
-A new backend adds one folder here (a :class:`~.base.Backend` subclass with its
+A backend imports :mod:`nmt_specdec.decoding` and its passes, never another
+backend. A new backend adds one folder here (a :class:`~.base.Backend` subclass with its
 :class:`~.base.VerifierCalls` and a :class:`~nmt_specdec.decoding.drafters.Drafter`),
 its name in :data:`BACKENDS` and one branch in :func:`make_backend`.
 """

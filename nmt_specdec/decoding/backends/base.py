@@ -128,6 +128,6 @@ class Backend:
     def copy_drafter(self, pad: int):
         """A :class:`~nmt_specdec.decoding.drafters.Drafter` running a cheaper copy of
         the verifier (``--spec-drafter verifier-int8``, see
-        :mod:`nmt_specdec.decoding.verifier_drafter`)."""
+        :mod:`nmt_specdec.decoding.backends.onnxruntime.verifier_drafter`)."""
         raise UserError(f"--spec-drafter verifier-int8 needs --backend onnxruntime "
                         f"(this is {self.name})")

@@ -42,8 +42,8 @@ from nmt_specdec.decoding.backends.onnxruntime.graphs import (
     lean_encoder_layers,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
-from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
+from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)

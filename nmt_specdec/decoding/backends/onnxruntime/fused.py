@@ -32,8 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.onnxruntime.graphs import DraftGraph, VerifyGraph
-from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier
+from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 
 DECISION = ("accepted", "correction", "final", "tie")  # the columns of ``decision``
 

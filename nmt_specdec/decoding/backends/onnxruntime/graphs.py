@@ -1,8 +1,8 @@
 """The three model calls as traceable modules, for ``torch.onnx.export``.
 
-Each module reuses the lean passes' arithmetic (:func:`~..torch.layers.layer_pass`,
-``LeanVerifier.embed_inputs``, ``DraftHead.block_inputs``) so that the graphs
-compute what the torch backend computes. Differences, all for a graph runtime:
+Each module reuses the arithmetic of the lean passes (:mod:`nmt_specdec.decoding.passes`:
+``layer_pass``, ``LeanVerifier.embed_inputs``, ``DraftHead.block_inputs``) so that
+the graphs compute what the torch backend computes. Differences, all for a graph runtime:
 
 - the verifier attends over the whole pre-allocated cache (T slots, masked
   beyond each row's length) instead of the used width: the cache is then one
@@ -14,7 +14,7 @@ compute what the torch backend computes. Differences, all for a graph runtime:
   keys/values (computed once per batch);
 - the draft graph ends with the argmax (only (B, K) ids leave the runtime);
 - the decoder layers are written out here (:func:`graph_layer`, the same
-  arithmetic as :func:`~..torch.layers.layer_pass` on the same ``LayerWeights``) so
+  arithmetic as ``passes.layers.layer_pass`` on the same ``LayerWeights``) so
   that the graph has no dynamic-shape plumbing: head splits are one ``Reshape``
   with a constant shape (0 = keep that dimension), linears are 3-D ``MatMul``s,
   attention is spelled out with a constant scale. Traced from the lean pass,
@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.onnxruntime.projection import CertifiedProjection
-from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.backends.torch.layers import CrossKV, LayerWeights, Norm, cross_kv
-from nmt_specdec.decoding.backends.torch.verifier_pass import LeanVerifier, encoder_memory
-from nmt_specdec.decoding.positions import PositionTable
+from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.passes.layers import CrossKV, LayerWeights, Norm, cross_kv
+from nmt_specdec.decoding.passes.positions import PositionTable
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier, encoder_memory
 from nmt_specdec.draft_head import shortlist_logits
 
 
@@ -97,7 +97,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
 
 
 def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV) -> Tensor:
-    """One decoder layer, as :func:`~..torch.layers.layer_pass`, without dynamic shapes.
+    """One decoder layer, as :func:`~nmt_specdec.decoding.passes.layers.layer_pass`,
+    without dynamic shapes.
 
     Args:
         w: the layer's weights.

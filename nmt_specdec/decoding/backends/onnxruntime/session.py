@@ -30,10 +30,10 @@ from nmt_specdec.decoding.backends.onnxruntime.drafters import (
     candidate_slots,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
-from nmt_specdec.decoding.backends.torch.layers import WeightsWatch
+from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.draft_tree import parent_index
-from nmt_specdec.decoding.verifier_drafter import VerifierDrafter
+from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 from nmt_specdec.errors import UserError
 
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)

@@ -1,6 +1,7 @@
 """Eager PyTorch model calls: a thin adapter over the lean passes (the GPU path).
 
-:class:`~.verifier_pass.LeanVerifier` and :class:`~.draft_pass.LeanDraftHead` do
+:class:`~nmt_specdec.decoding.passes.verifier_pass.LeanVerifier` and
+:class:`~nmt_specdec.decoding.passes.draft_pass.LeanDraftHead` do
 the arithmetic; this module only puts them behind
 :class:`~nmt_specdec.decoding.backends.base.Backend` and counts the calls.
 """
@@ -12,11 +13,12 @@ from typing import List, Optional
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
-from nmt_specdec.decoding.backends.torch.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.backends.torch.layers import CrossKV, WeightsWatch
-from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, LeanVerifier
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.passes.layers import CrossKV
+from nmt_specdec.decoding.passes.verifier_pass import EncoderOut, LeanVerifier
+from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 
 
 class TorchVerifier(VerifierCalls):

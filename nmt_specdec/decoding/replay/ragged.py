@@ -1,6 +1,6 @@
 """Ragged-batch bookkeeping for fairseq's incremental state: pure tensor functions.
 
-The fixed-shape replay of :mod:`nmt_specdec.determinism` keeps fairseq's
+The fixed-shape replay of :mod:`.determinism` keeps fairseq's
 incremental self-attention state, which can be reordered but not cropped; the
 plan below crops it to each row's committed entries, left-aligned with a
 padding mask, without Python loops over rows. (The decoding engine needs none

@@ -32,10 +32,10 @@ import torch
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.acceptance import constrain_lprobs
-from nmt_specdec.decoding.backends.torch.replay_pass import KVCache, verify_block
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules
-from nmt_specdec.decoding.ragged import compaction_index
+from nmt_specdec.decoding.replay.ragged import compaction_index
+from nmt_specdec.decoding.replay.replay_pass import KVCache, verify_block
 from nmt_specdec.errors import UserError
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt_specdec.decoding.backends.torch.layers import (
+from nmt_specdec.decoding.passes.layers import (
     CrossKV,
     SelfAttention,
     cross_kv,
@@ -25,8 +25,8 @@ from nmt_specdec.decoding.backends.torch.layers import (
     layer_weights,
     transposed,
 )
-from nmt_specdec.decoding.backends.torch.verifier_pass import EncoderOut, encoder_memory
-from nmt_specdec.decoding.positions import PositionTable
+from nmt_specdec.decoding.passes.positions import PositionTable
+from nmt_specdec.decoding.passes.verifier_pass import EncoderOut, encoder_memory
 from nmt_specdec.draft_head import DraftHead, shortlist_logits
 
 

@@ -1,4 +1,4 @@
-"""The fixed-shape replay's verifier pass (``--deterministic``, :mod:`nmt_specdec.determinism`):
+"""The fixed-shape replay's verifier pass (``--deterministic``, :mod:`.determinism`):
 one pass over several new positions on fairseq's own incremental state.
 
 Not part of the :class:`~nmt_specdec.decoding.backends.base.Backend` interface
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.positions import embed_positions_at
-from nmt_specdec.decoding.ragged import CacheCompaction
+from nmt_specdec.decoding.passes.positions import embed_positions_at
+from nmt_specdec.decoding.replay.ragged import CacheCompaction
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 

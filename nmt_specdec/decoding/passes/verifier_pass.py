@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.backends.torch.layers import (
+from nmt_specdec.decoding.cache import StaticKVCache
+from nmt_specdec.decoding.draft_tree import tree_attention_mask
+from nmt_specdec.decoding.layout import check_supported
+from nmt_specdec.decoding.passes.layers import (
     CrossKV,
     SelfAttention,
     cross_kv,
@@ -24,10 +27,7 @@ from nmt_specdec.decoding.backends.torch.layers import (
     layer_weights,
     transposed,
 )
-from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.draft_tree import tree_attention_mask
-from nmt_specdec.decoding.layout import check_supported
-from nmt_specdec.decoding.positions import PositionTable
+from nmt_specdec.decoding.passes.positions import PositionTable
 
 EncoderOut = Dict[str, List[Tensor]]
 
