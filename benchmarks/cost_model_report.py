@@ -22,14 +22,9 @@ import platform
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from nmt_specdec.evaluation.machine import cpu_model
+from nmt_specdec.evaluation.machine import cpu_isa, cpu_model, runtime_versions
 
 RANDOM_LABEL = "random weights: time per token only"
-# /proc/cpuinfo flag -> what the table calls it; the units int8 and bf16 kernels dispatch on.
-ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX512-VNNI",
-             "avx_vnni": "AVX-VNNI", "avx512_bf16": "AVX512-BF16", "amx_tile": "AMX",
-             "amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8"}
-
 
 def break_even(verify_1: float, verify_k1: float, draft_k: float, host_greedy: float,
                host_k: Optional[float] = None) -> float:
@@ -153,29 +148,12 @@ NOTES = (
 )
 
 
-def isa_flags(cpuinfo: str = "/proc/cpuinfo") -> List[str]:
-    """The vector/matrix extensions of :data:`ISA_FLAGS` the CPU reports (empty off Linux)."""
-    try:
-        with open(cpuinfo, encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle
-                          if line.startswith(("flags", "Features"))), [])
-    except OSError:
-        return []
-    return [name for flag, name in ISA_FLAGS.items() if flag in flags]
-
-
 def machine_header(threads: int, backend: str) -> Dict:
     """Processor, ISA flags and runtime versions: what the timings depend on."""
     import torch
 
-    try:
-        import onnxruntime
-
-        ort_version = onnxruntime.__version__
-    except ImportError:
-        ort_version = "not installed"
-    return {"cpu": cpu_model(), "isa": isa_flags() or ["none of " + ", ".join(ISA_FLAGS)],
-            "torch": torch.__version__, "onnxruntime": ort_version,
+    return {"cpu": cpu_model(), "isa": cpu_isa().split(), "torch": torch.__version__,
+            "onnxruntime": runtime_versions()["onnxruntime"] or "not installed",
             "python": platform.python_version(), "threads": threads, "backend": backend}
 
 

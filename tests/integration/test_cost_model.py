@@ -18,7 +18,6 @@ from benchmarks.cost_model_report import (
     break_even,
     cost_rows,
     format_table,
-    isa_flags,
     verdicts,
 )
 
@@ -61,14 +60,6 @@ def test_random_shapes_are_labelled_time_per_token_only():
     bare = cost_rows({"name": "x", "random": True}, 1, COSTS, {})
     assert all(row["pays"] is None and row["speedup_head"] is None for row in bare)
     assert "n/a" in format_table(bare)
-
-
-def test_isa_flags_read_from_cpuinfo(tmp_path):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("model name\t: Test CPU\nflags\t\t: fpu sse avx2 avx512f avx512_vnni "
-                       "amx_tile\n", encoding="utf-8")
-    assert isa_flags(str(cpuinfo)) == ["AVX2", "AVX-512", "AVX512-VNNI", "AMX"]
-    assert isa_flags(str(tmp_path / "missing")) == []
 
 
 def test_tiny_run_on_the_shipped_model(tmp_path, capsys, onnx_cache):
