@@ -101,6 +101,8 @@ class TranslateConfig:
     max_len_a: float = 0.0
     max_len_b: int = 200
     cpu: bool = False
+    fp16: bool = False
+    bf16: bool = False
 
     def __post_init__(self) -> None:
         parse_spec_k(self.spec_k)  # raises UserError naming the option
@@ -120,6 +122,18 @@ class TranslateConfig:
                 raise UserError(f"{flag}: no such file {path}")
         if self.data is not None and not os.path.isdir(self.data):
             raise UserError(f"--data: no such directory {self.data}")
+        if self.fp16 and self.bf16:
+            raise UserError("--fp16 and --bf16 exclude each other")
+        if (self.fp16 or self.bf16) and self.spec_decoding and self.backend == "onnxruntime":
+            raise UserError("--fp16/--bf16 decode with --backend torch (ONNX Runtime runs "
+                            "fp32 and --int8)")
+
+    @property
+    def dtype(self):
+        """The model's float type: float32 unless --fp16 or --bf16."""
+        import torch
+
+        return torch.float16 if self.fp16 else torch.bfloat16 if self.bf16 else torch.float32
 
 
 # ------------------------------------------------------------ model calls
@@ -169,7 +183,7 @@ def load_translator(cfg: TranslateConfig) -> Translator:
     _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
     on_cpu = cfg.cpu or cfg.backend == "onnxruntime"  # a CPU runtime
     device = torch.device("cuda" if torch.cuda.is_available() and not on_cpu else "cpu")
-    model.to(device).eval()
+    model.to(device=device, dtype=cfg.dtype).eval()
     generator = _build_generator(cfg, task, model)
     max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[
         0
@@ -422,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b")
     add("--max-len-b", type=int, default=200, help="max length = a * src_len + b")
     add("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
+    add("--fp16", action="store_true", help="decode in float16 (for a GPU; slow on most CPUs)")
+    add("--bf16", action="store_true", help="decode in bfloat16")
     add(
         "--user-dir",
         default=None,

@@ -225,7 +225,8 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
 
 def _half_precision_specs(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:
     """Stock greedy, CTranslate2 greedy and the torch grid again in each precision
-    of ``cfg.precisions`` (the ONNX Runtime backend runs fp32 and int8 only)."""
+    of ``cfg.precisions``, whatever ``--backend`` says (the ONNX Runtime backend
+    runs fp32 and int8 only)."""
     specs = []
     for dtype in cfg.precisions:
         specs.append(dataclasses.replace(BASELINE, dtype=dtype))
@@ -273,9 +274,6 @@ def validate(cfg: EvalConfig) -> None:
             raise UserError(f"{flag} needs onnxruntime among --backend")
     if "verifier-int8" in cfg.drafters and not onnx & set(cfg.backends):
         raise UserError("--drafters verifier-int8 needs onnxruntime among --backend")
-    if cfg.precisions and not cfg.stock_only and "torch" not in cfg.backends:
-        raise UserError("--fp16/--bf16 rows run on the torch backend: add --backend torch "
-                        "(ONNX Runtime runs fp32 and int8)")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)

@@ -12,7 +12,6 @@ import ctranslate2
 import pytest
 import torch
 
-from nmt_specdec.errors import UserError
 from tests.integration.test_evaluate_speed import _config, toy  # noqa: F401  (fixture)
 
 
@@ -54,10 +53,13 @@ def test_half_beta1_differences_are_read_against_half_greedy(bf16_results: dict)
             assert gap["reference"] == "stock greedy"
 
 
-def test_half_rows_need_the_torch_backend(toy: dict) -> None:
-    with pytest.raises(UserError, match="--fp16/--bf16"):
-        toy["script"].run(_config(toy, "refused", precisions=("float16",),
-                                  backends=("onnxruntime",)))
+def test_half_rows_run_on_torch_whatever_the_backend(toy: dict, onnx_cache) -> None:
+    results = toy["script"].run(_config(toy, "ort", precisions=("float16",), beams=(1,),
+                                        grid_beta=(1,), batch_sizes=(1,), repeats=1,
+                                        backends=("onnxruntime",)))
+    half = [row for row in results["rows"] if row["dtype"] == "float16"]
+    assert {row["name"] for row in half} >= {"engine greedy fp16", "SpecDec K=4 β=1 fp16"}
+    assert all(row["backend"] in (None, "torch") for row in half)
 
 
 def test_precision_copies_leave_the_fp32_model_alone(toy: dict) -> None:

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +32,9 @@ from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, Fixe
 from nmt_specdec.evaluation.mismatch import logit_gaps
 from tests.conftest import report_line
 from tests.helpers.shipped_model import (
+    HAND_WRITTEN,
+    MODEL_DIR,
+    REPO_ROOT,
     SETTINGS,
     decode_all,
     encoded_split,
@@ -40,6 +46,7 @@ from tests.helpers.shipped_model import (
 # bfloat16 runs natively on current CPUs; float16 is emulated there (slow), so it
 # decodes the 40 hand-written sentences only.
 SENTENCES = {torch.bfloat16: 100, torch.float16: 40}
+PLUGIN_DIR = REPO_ROOT / "fairseq_plugins"
 SPECDEC = [SpecDecOptions(k=2), SpecDecOptions(k=4), SpecDecOptions(k=2, candidates=2),
            SpecDecOptions(k=4, auto_k=True)]
 
@@ -126,3 +133,72 @@ def test_half_model_stays_half(shipped, dtype) -> None:
     assert hypothesis["positional_scores"].dtype == torch.float32
     assert torch.isfinite(hypothesis["positional_scores"]).all()
 
+
+
+def translate_command(*extra: str) -> list:
+    """nmt-specdec-translate with SpecDec on the torch backend, the hand-written
+    sentences in, translations on stdout."""
+    return [str(Path(sys.executable).with_name("nmt-specdec-translate")),
+            "--checkpoint", str(MODEL_DIR / "model.pt"), "--spm-model",
+            str(MODEL_DIR / "spm.model"), "--data", str(MODEL_DIR), "--spec-decoding",
+            "--backend", "torch", "--input", str(HAND_WRITTEN), "--batch-size", "8", *extra]
+
+
+@pytest.mark.parametrize("flag", ["--bf16", "--fp16"])
+def test_translate_command_in_half_precision(flag) -> None:
+    # N lines in, N out, and (few sentences have near-ties) mostly fp32's translations.
+    outputs = [subprocess.run(translate_command(*extra), check=True, timeout=600,
+                              capture_output=True, text=True).stdout.splitlines()
+               for extra in ([], [flag])]
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()
+    assert len(outputs[0]) == len(outputs[1]) == len(lines)
+    assert sum(a == b for a, b in zip(*outputs)) >= 0.9 * len(lines)
+
+
+def test_translate_command_refuses_two_precisions() -> None:
+    result = subprocess.run(translate_command("--fp16", "--bf16"), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["error: --fp16 and --bf16 exclude each other"]
+
+
+def hub_translates(prepare) -> None:
+    """The hub interface with SpecDec after ``prepare(hub)`` (a cast, a move) gives a
+    translation per sentence."""
+    import fairseq_plugins  # noqa: F401  (registers the model)
+    from fairseq_plugins.specdec_model import SpecDecTransformerModel
+
+    hub = SpecDecTransformerModel.from_pretrained(
+        str(MODEL_DIR), checkpoint_file="model.pt", data_name_or_path=str(MODEL_DIR),
+        bpe="sentencepiece", sentencepiece_model=str(MODEL_DIR / "spm.model"),
+        spec_decoding=True)
+    hub = prepare(hub)
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()[:5]
+    outputs = hub.translate(lines, beam=1)
+    assert len(outputs) == len(lines) and all(outputs)
+
+
+def test_hub_in_bfloat16() -> None:
+    hub_translates(lambda hub: hub.bfloat16())
+
+
+def interactive_translates(*extra: str) -> None:
+    """fairseq-interactive --fp16 --spec-decoding (fairseq casts with model.half())
+    gives a hypothesis per input line."""
+    import sentencepiece
+
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(MODEL_DIR / "spm.model"))
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()[:6]
+    pieces = "\n".join(" ".join(spm.encode(line, out_type=str)) for line in lines) + "\n"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("fairseq-interactive")), str(MODEL_DIR),
+         "--path", str(MODEL_DIR / "model.pt"), "--user-dir", str(PLUGIN_DIR),
+         "--task", "translation_specdec", "-s", "de", "-t", "en", "--fp16",
+         "--spec-decoding", "--buffer-size", "3", "--batch-size", "3", *extra],
+        input=pieces, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sum(line.startswith("H-") for line in result.stdout.splitlines()) == len(lines)
+
+
+def test_fairseq_interactive_fp16_on_the_cpu() -> None:
+    interactive_translates("--cpu")

@@ -10,8 +10,8 @@ Everything else (the loop, acceptance, the K policy, the cache) is in
 - ``onnxruntime/``: the same passes exported to ONNX once per checkpoint, run
   by ONNX Runtime on the CPU (``--int8``: 8-bit weights; ``--fused-draft``:
   drafts from the verify call; ``--spec-drafter verifier-int8``);
-- ``auto`` (the default): :data:`CPU_BACKEND` for a model on the CPU, ``torch``
-  on a GPU.
+- ``auto`` (the default): :data:`CPU_BACKEND` for an fp32 model on the CPU,
+  ``torch`` on a GPU or in half precision.
 
 A backend imports :mod:`nmt_specdec.decoding` and its passes, never another
 backend. A new backend adds one folder here (a :class:`~.base.Backend` subclass with its
@@ -34,13 +34,17 @@ BACKENDS = ("auto", "torch", "onnxruntime")  # the --backend choices
 # A GPU model always gets `torch`.
 CPU_BACKEND = "onnxruntime"
 DEFAULT_BACKEND = "auto"
+# Bound now: importing the torch backend (a subpackage named ``torch``) rebinds the
+# name ``torch`` in this package's namespace.
+_FLOAT32 = torch.float32
 
 
-def resolve_backend(name: str, device: torch.device) -> str:
-    """``auto`` -> :data:`CPU_BACKEND` on the CPU, ``torch`` elsewhere; others as given."""
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype = _FLOAT32) -> str:
+    """``auto`` -> :data:`CPU_BACKEND` for an fp32 model on the CPU, ``torch`` for
+    a model on a GPU or in half precision; others as given."""
     if name != "auto":
         return name
-    return CPU_BACKEND if device.type == "cpu" else "torch"
+    return CPU_BACKEND if device.type == "cpu" and dtype == _FLOAT32 else "torch"
 
 
 def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> None:
@@ -64,9 +68,12 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
         UserError: unknown name, ``--int8`` with torch, or a runtime that is not
             installed (one line, no traceback).
     """
-    device = next(model.parameters()).device
-    name = resolve_backend(name, device)
+    weight = next(model.parameters())
+    name = resolve_backend(name, weight.device, weight.dtype)
     check_backend(name, int8, fused_draft)
+    if name == "onnxruntime" and weight.dtype != _FLOAT32:
+        raise UserError(f"--backend onnxruntime runs fp32 models (and --int8): decode this "
+                        f"{weight.dtype} model with --backend torch")
     if name == "torch":
         from nmt_specdec.decoding.backends.torch import TorchBackend
 

@@ -1,0 +1,120 @@
+"""The engine on CUDA, in fp32, fp16 and bf16 (skipped without a GPU).
+
+Each test names the CUDA path it covers. The shipped model decodes the 40
+hand-written sentences; the CPU tests of the same paths are in
+``test_half_precision.py``, ``test_host_syncs.py`` and ``test_deterministic*.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+
+import pytest
+import torch
+
+from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.evaluation.mismatch import logit_gaps
+from tests.helpers.shipped_model import (
+    HAND_WRITTEN,
+    decode_all,
+    hand_written_sources,
+    load_model,
+    shipped_generator,
+)
+from tests.integration.test_half_precision import (
+    SPECDEC,
+    _deterministic,
+    hub_translates,
+    interactive_translates,
+    translate_command,
+)
+from tests.unit.test_host_syncs import PER_BATCH, HostReads
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    model, task = load_model()
+    return model, task, hand_written_sources(task, 40)
+
+
+def _on_cuda(model, dtype):
+    return copy.deepcopy(model).to(device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_cuda_torch_backend_chains_trees_auto(shipped, dtype, batch_size) -> None:
+    # Path: torch backend on CUDA, batched loop (batch 1 too), head drafter, draft
+    # trees, --spec-k auto; beta=1 differs from same-precision greedy only at near-ties.
+    model, task, sources = shipped
+    cuda = _on_cuda(model, dtype)
+    greedy = decode_all(shipped_generator(cuda, task), cuda, task, sources, batch_size)
+    for options in SPECDEC:
+        generator = shipped_generator(cuda, task, options=options)
+        ours = decode_all(generator, cuda, task, sources, batch_size)
+        gaps = logit_gaps(cuda, sources, dict(enumerate(greedy)), dict(enumerate(ours)),
+                          task.target_dictionary.eos())
+        assert all(gap["near_tie"] for gap in gaps), (options, gaps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_deterministic_replay(shipped, dtype) -> None:
+    # Path: --deterministic on CUDA (replay tensors built on the model's device).
+    model, task, sources = shipped
+    cuda = _on_cuda(model, dtype)
+    outputs = [decode_all(_deterministic(cuda, task, k), cuda, task, sources, batch)
+               for k in (0, 2) for batch in (1, 8)]
+    assert all(output == outputs[0] for output in outputs)
+
+
+@pytest.mark.parametrize("options", [SpecDecOptions(k=0), SpecDecOptions(k=2),
+                                     SpecDecOptions(k=3, candidates=2)], ids=str)
+def test_cuda_one_host_read_per_iteration(shipped, options) -> None:
+    # Path: the batched loop's device reads on CUDA (each one waits for the GPU).
+    model, task, sources = shipped
+    cuda = _on_cuda(model, torch.float16)
+    dataset = task.build_dataset_for_inference(sources[:8], [len(s) for s in sources[:8]])
+    batch = dataset.collater([dataset[i] for i in range(8)])
+    batch["net_input"] = {k: v.cuda() for k, v in batch["net_input"].items()}
+    generator = shipped_generator(cuda, task, options=options)
+    generator.generate([cuda], batch)
+    turns = sum(generator.stats.k_chosen.values())
+    with HostReads() as reads:
+        generator.generate([cuda], batch)
+    turns = sum(generator.stats.k_chosen.values()) - turns
+    assert sum(reads.count.values()) == turns + PER_BATCH, dict(reads.count)
+
+
+def test_cuda_keeps_one_copy_of_each_weight(shipped) -> None:
+    # Path: the torch backend's lean weights on CUDA: views of the model's weights,
+    # not transposed copies (only the fused q/k/v and k/v projections are copies).
+    model, task, _ = shipped
+    cuda = _on_cuda(model, torch.float16)
+    lean = shipped_generator(cuda, task).lean_verifier().lean
+    layer = cuda.decoder.layers[0]
+    assert lean.layers[0].fc1[1].data_ptr() == layer.fc1.weight.data_ptr()
+    assert lean.output_t.data_ptr() == cuda.decoder.output_projection.weight.data_ptr()
+
+
+@pytest.mark.parametrize("flag", ["--fp16", "--bf16"])
+def test_cuda_translate_command(flag) -> None:
+    # Path: nmt-specdec-translate --spec-decoding on CUDA (no --cpu), each precision.
+    result = subprocess.run(translate_command(flag), check=True, timeout=600,
+                            capture_output=True, text=True)
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()
+    assert len(result.stdout.splitlines()) == len(lines)
+
+
+def test_cuda_fairseq_interactive_fp16() -> None:
+    # Path: fairseq-interactive --fp16 --spec-decoding on CUDA through the plugin.
+    interactive_translates()
+
+
+def test_cuda_hub_bf16() -> None:
+    # Path: the fairseq hub interface on CUDA in bfloat16 with SpecDec.
+    hub_translates(lambda hub: hub.cuda().bfloat16())
