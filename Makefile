@@ -40,7 +40,8 @@ $(STAMP): pyproject.toml
 test: setup
 	$(VPY) -m pytest -q tests
 
-# Decode the Ding test set with the shipped model (models/ding-de-en-tiny).
+# Decode the gettext test set with the shipped model (models/gettext-de-en-tiny, the default of
+# scripts/quickstart.py; --model models/ding-de-en-tiny decodes the Ding test set instead).
 quickstart: setup
 	$(VPY) scripts/quickstart.py
 
