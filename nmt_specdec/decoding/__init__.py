@@ -7,8 +7,10 @@ same weights directly. Everything at this level is shared by every backend:
 
 - :mod:`.loop`: draft -> verify -> accept -> commit -> bookkeep
   (:class:`~.loop.SpecDecGenerator`, the generator fairseq gets);
-  :mod:`.single_row`: the same loop for one sentence on the CPU, deciding on
+  :mod:`.single_row`: the same turn for one sentence on the CPU, deciding on
   the host instead of with batched tensor ops (tested equal to it);
+  :mod:`.steps`: the steps both take (start, K, draft, scores, end of a turn),
+  and what the generator hands them;
 - :mod:`.options`: K, beta, tau and fairseq's length rules; :mod:`.k_policy`:
   ``--spec-k N`` or ``auto``;
 - :mod:`.acceptance` (Xia et al.'s Eq. 4 and the commit) and :mod:`.scoring`

@@ -12,13 +12,18 @@ token buffers, then repeat
 until every row has emitted EOS. K=0 is plain greedy decoding. Each iteration
 synchronises with the host once (one small tensor read back).
 
+One sentence on the CPU takes :mod:`.single_row` instead, which decides on the
+host; the steps both loops take are :mod:`.steps`, and the generator hands
+either loop the same :class:`~.steps.LoopParts` and :class:`~.steps.Batch`.
+
 Shapes: B active rows, K draft slots, T buffer width, C model dim, V vocabulary.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from functools import partial
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -26,47 +31,30 @@ from torch import Tensor, nn
 from nmt_specdec.decoding.acceptance import accept_drafts, commit_tokens
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
-from nmt_specdec.decoding.draft_tree import (
-    flatten_candidates,
-    move_leaf_keys,
-    resolve_tree,
-    tree_layout,
-)
+from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_layout
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
 from nmt_specdec.decoding.scoring import (
     Constraints,
-    certain,
     certainty_margin,
     constrain_logits_,
-    normaliser,
     positional_scores,
 )
 from nmt_specdec.decoding.single_row import decode_single_row
 from nmt_specdec.decoding.stats import SpecDecStats, tally_turns
+from nmt_specdec.decoding.steps import (
+    Batch,
+    LoopParts,
+    Rows,
+    constrained_scores,
+    draft_inputs,
+    end_turn,
+    plan_turn,
+    start_batch,
+)
 from nmt_specdec.errors import UserError
-
-
-class Rows(NamedTuple):
-    """The active rows. Buffers are (B, T+1): column T is a write-off slot.
-
-    Attributes:
-        index: (B,) row in the input batch.
-        tokens: (B, T+1) committed tokens (BOS first), ``pad`` beyond ``lengths``.
-        scores: (B, T+1) log-probability of each committed token (0 for BOS).
-        lengths: (B,) committed tokens, BOS included.
-        max_len: (B,) output step at which EOS is forced.
-        states: (B, C) verifier state that predicted the last committed token.
-    """
-
-    index: Tensor
-    tokens: Tensor
-    scores: Tensor
-    lengths: Tensor
-    max_len: Tensor
-    states: Tensor
 
 
 def write_committed_(rows: Rows, tokens: Tensor, scores: Tensor, counts: Tensor) -> None:
@@ -116,7 +104,7 @@ class SpecDecGenerator(nn.Module):
         self.k_policy: KPolicy = make_k_policy(options)
         self.stats = SpecDecStats()
         self.symbols_to_strip_from_output = {self.eos}
-        self._cache = None  # the last batch's cache (tests inspect it)
+        self.last_cache = None  # the last batch's cache, kept for inspection
         # One row on the CPU decides on the host (:mod:`.single_row`); tests switch it
         # off to compare with the batched loop.
         self.single_row = True
@@ -161,161 +149,17 @@ class SpecDecGenerator(nn.Module):
         """Runs the loop (after ``k_policy.start_batch``); returns (tokens, scores,
         iterations) per input row."""
         started = time.perf_counter()
+        parts = LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
+                          verifier)
+        batch = start_batch(parts, encoder_out, max_len, bos)
+        self.last_cache = batch.cache
         if self.single_row and max_len.numel() == 1 and verifier.embed.device.type == "cpu":
-            finished = decode_single_row(self, verifier, encoder_out, max_len, bos)
+            finished = decode_single_row(parts, batch)
         else:
-            finished = self._decode_rows(verifier, encoder_out, max_len, bos)
+            finished = decode_rows(parts, batch)
         self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
                                 time.perf_counter() - started)
         return finished
-
-    def _decode_rows(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
-                     bos: int) -> List[tuple]:
-        """The batched loop (any batch, trees, any device): one host read per iteration."""
-        batch = max_len.numel()
-        k_max = self.options.k if self.k_policy.may_draft else 0
-        limits = max_len.tolist()  # the host's copy of rows.max_len (one read per batch)
-        # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
-        width = max(limits) + k_max * self.options.candidates + 2
-        cross = verifier.cross_states(encoder_out)
-        cache = self._cache = verifier.new_cache(batch, width)  # kept for inspection
-        rows = self._start_rows(max_len, bos, width, verifier.embed)
-        finished: List[Optional[tuple]] = [None] * batch
-        index = list(range(batch))  # the host's copy of rows.index
-        # Host-side facts that need no synchronisation: every row commits at least
-        # one token per turn, so after t turns every row has >= t output tokens.
-        turn, longest, uniform = 0, 1, True
-        trace: List[tuple] = []  # (K, accepted, committed, finished) per turn, for the stats
-        while index:
-            started = time.perf_counter()
-            batch_rows = len(index)
-            k = self.k_policy.choose(max(0, min(k_max, max(limits) - turn)), batch_rows)
-            # Rows stay aligned while nothing is drafted, and a single row always is.
-            uniform = batch_rows == 1 or (uniform and k == 0)
-            # No row has fewer than `turn` or more than `longest - 1` output tokens.
-            checks = (turn < self.rules.min_len, longest - 1 + k >= min(limits))
-            rows, commit, num_accepted = self._iteration(verifier, rows, cache, cross, k,
-                                                         longest, uniform, checks)
-            trace.append((k, num_accepted, commit.counts, commit.finished))
-            turn += 1
-            # The one host synchronisation of the iteration: lengths and finished
-            # flags of every row (and, for --spec-k auto, the drafts committed,
-            # none past an EOS).
-            pulled = [rows.lengths, commit.finished.long()]
-            if self.k_policy.wants_counts:
-                pulled.append(commit.counts - 1)
-            flags = torch.cat(pulled).tolist()
-            lengths, done = flags[:batch_rows], flags[batch_rows: 2 * batch_rows]
-            self.stats.k_chosen[k] = self.stats.k_chosen.get(k, 0) + 1
-            self.k_policy.observe(flags[2 * batch_rows:], k, time.perf_counter() - started)
-            if any(done):
-                kept = [i for i, flag in enumerate(done) if not flag]
-                self._collect(rows, done, lengths, index, turn, finished)
-                index, limits = [index[i] for i in kept], [limits[i] for i in kept]
-                lengths = [lengths[i] for i in kept]
-                keep = torch.tensor(kept, dtype=torch.long, device=max_len.device)
-                rows = Rows(*(field.index_select(0, keep) for field in rows))
-                cache.keep_rows(keep)
-                cross = verifier.keep_rows(cross, keep)
-                if k_max > 0:  # else the drafter was not started on this batch
-                    self.drafter.keep_rows(keep)
-            longest = max(lengths, default=1)
-        self._add_trace(trace, k_max)
-        return finished
-
-    def _start_rows(self, max_len: Tensor, bos: int, width: int, like: Tensor) -> Rows:
-        batch = max_len.numel()
-        tokens = max_len.new_full((batch, width + 1), self.pad)
-        tokens[:, 0] = bos
-        return Rows(
-            index=torch.arange(batch, device=max_len.device),
-            tokens=tokens,
-            # Scores stay float32 whatever the model's precision (fairseq's are too).
-            scores=torch.zeros(batch, width + 1, device=like.device),
-            lengths=max_len.new_ones(batch),
-            max_len=max_len,
-            states=self.drafter.start_states(batch, like),
-        )
-
-    def _iteration(self, verifier: VerifierCalls, rows: Rows, cache, cross, k: int,
-                   longest: int, uniform: bool, checks: tuple):
-        steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
-        last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
-        tree = k > 0 and self.options.candidates > 1  # leaves beside the chain (draft_tree)
-        # 1. draft
-        if k > 0:
-            request = DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
-            if tree:
-                candidates = self.drafter.propose_candidates(request, self.options.candidates)
-            else:
-                drafts = self.drafter.propose(request)  # (B, K)
-        else:
-            drafts = last.new_zeros(last.size(0), 0)
-        # 2. verify
-        layout = tree_layout(k, self.options.candidates, last.device) if tree else None
-        if tree:
-            inputs, offsets = flatten_candidates(last, candidates), layout.offsets
-        else:
-            inputs = torch.cat([last, drafts], 1) if k > 0 else last
-            offsets = torch.arange(k + 1, device=steps.device)
-        verified = verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
-        hidden, logits, lse = verified[:3]  # (B, N, C), (B, N, V), (B, N) or None
-        # Acceptance and scores read float32, whatever the model's precision.
-        logits = logits.float()
-        if lse is None:  # before the constraints, as fairseq normalises
-            lse = normaliser(logits)
-        predicted_step = steps.unsqueeze(1) + offsets
-        constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
-        if verified.bound is not None and not certain(
-                logits.amax(dim=-1), verified.bound,
-                certainty_margin(self.options.beta, self.options.tau)):
-            # An 8-bit score may matter here: this call's scores again, in fp32.
-            logits = verifier.exact_logits(hidden).float()
-            lse = normaliser(logits)
-            constrain_logits_(logits, predicted_step, rows.max_len, self.rules, *checks)
-        # 3. accept and commit
-        if tree:  # from here on the accepted path is a chain of K+1 positions
-            acceptance, path, drafts = resolve_tree(
-                logits, inputs, k, self.options.beta, self.options.tau)
-            # Every row moves its path's keys (a chain's onto themselves): deciding
-            # which rows took a leaf would cost a host read.
-            move_leaf_keys(cache, steps, path, acceptance.num_accepted)
-            logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
-            lse = lse.gather(1, path)
-            hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
-        else:
-            acceptance = accept_drafts(logits, drafts, self.options.beta, self.options.tau)
-        commit = commit_tokens(drafts, acceptance, self.eos, self.pad)
-        scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
-        # 4. bookkeep: the next draft reads the state that predicted the correction
-        write_committed_(rows, commit.tokens, scores, commit.counts)
-        index = acceptance.num_accepted.view(-1, 1, 1).expand(-1, 1, hidden.size(2))
-        rows = rows._replace(
-            lengths=rows.lengths + commit.counts,
-            states=hidden.gather(1, index).squeeze(1),
-        )
-        return rows, commit, acceptance.num_accepted
-
-    def _add_trace(self, trace: List[tuple], k_max: int) -> None:
-        """Adds a batch's turns to the statistics: a few tensor ops, one read."""
-        if trace:
-            self.stats.add_tally(*tally_trace(trace, k_max))
-
-    def _collect(self, rows: Rows, done: List[int], lengths: List[int], index: List[int],
-                 iterations: int, finished: List[Optional[tuple]]) -> None:
-        """Stores the finished rows at their input position (host lists: no read).
-
-        Args:
-            done, lengths, index: per active row, the flags, committed lengths and
-                input positions the iteration's read brought back.
-            iterations: turns so far (every row started at the batch's first turn).
-        """
-        for i, flag in enumerate(done):
-            if flag:
-                end = lengths[i]
-                finished[index[i]] = (rows.tokens[i, 1:end].clone(),
-                                      rows.scores[i, 1:end].clone(), iterations)
-                self.stats.sentences += 1
 
     def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
         """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""
@@ -328,6 +172,114 @@ class SpecDecGenerator(nn.Module):
             "positional_scores": scores,
             "iterations": iterations,
         }
+
+
+def decode_rows(parts: LoopParts, batch: Batch) -> List[Optional[tuple]]:
+    """The batched loop (any batch, trees, any device): one host read per iteration.
+
+    Returns:
+        ``(tokens, scores, iterations)`` per input row.
+    """
+    rows, cache, cross, limits, k_max = batch
+    finished: List[Optional[tuple]] = [None] * len(limits)
+    index = list(range(len(limits)))  # the host's copy of rows.index
+    # Host-side facts that need no synchronisation: every row commits at least
+    # one token per turn, so after t turns every row has >= t output tokens.
+    turn, longest, uniform = 0, 1, True
+    trace: List[tuple] = []  # (K, accepted, committed, finished) per turn, for the stats
+    while index:
+        started = time.perf_counter()
+        active = len(index)
+        k, checks = plan_turn(parts, k_max, turn, longest, limits)
+        # Rows stay aligned while nothing is drafted, and a single row always is.
+        uniform = active == 1 or (uniform and k == 0)
+        rows, commit, num_accepted = _turn(parts, rows, cache, cross, k, longest, uniform, checks)
+        trace.append((k, num_accepted, commit.counts, commit.finished))
+        turn += 1
+        # The one host synchronisation of the iteration: lengths and finished
+        # flags of every row (and, for --spec-k auto, the drafts committed,
+        # none past an EOS).
+        pulled = [rows.lengths, commit.finished.long()]
+        if parts.k_policy.wants_counts:
+            pulled.append(commit.counts - 1)
+        flags = torch.cat(pulled).tolist()
+        lengths, done = flags[:active], flags[active: 2 * active]
+        end_turn(parts, k, flags[2 * active:], started)
+        if any(done):
+            kept = [i for i, flag in enumerate(done) if not flag]
+            _collect(parts.stats, rows, done, lengths, index, turn, finished)
+            index, limits = [index[i] for i in kept], [limits[i] for i in kept]
+            lengths = [lengths[i] for i in kept]
+            keep = torch.tensor(kept, dtype=torch.long, device=rows.max_len.device)
+            rows = Rows(*(field.index_select(0, keep) for field in rows))
+            cache.keep_rows(keep)
+            cross = parts.verifier.keep_rows(cross, keep)
+            if k_max > 0:  # else the drafter was not started on this batch
+                parts.drafter.keep_rows(keep)
+        longest = max(lengths, default=1)
+    if trace:  # a few tensor ops, one read
+        parts.stats.add_tally(*tally_trace(trace, k_max))
+    return finished
+
+
+def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, uniform: bool,
+          checks: tuple):
+    """One draft -> verify -> accept -> commit -> bookkeep turn of the active rows."""
+    options = parts.options
+    steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
+    last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
+    tree = k > 0 and options.candidates > 1  # leaves beside the chain (draft_tree)
+    # 1. draft
+    request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
+               if k > 0 else None)
+    inputs = draft_inputs(parts.drafter, request, last, options.candidates if tree else 1)
+    # 2. verify
+    layout = tree_layout(k, options.candidates, last.device) if tree else None
+    offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
+    verified = parts.verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
+    constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,
+                        max_len=rows.max_len, rules=parts.rules, check_min_len=checks[0],
+                        check_max_len=checks[1])
+    logits, lse = constrained_scores(parts.verifier, verified, constrain,
+                                     certainty_margin(options.beta, options.tau))
+    hidden = verified.hidden  # (B, N, C)
+    # 3. accept and commit
+    if tree:  # from here on the accepted path is a chain of K+1 positions
+        acceptance, path, drafts = resolve_tree(logits, inputs, k, options.beta, options.tau)
+        # Every row moves its path's keys (a chain's onto themselves): deciding
+        # which rows took a leaf would cost a host read.
+        move_leaf_keys(cache, steps, path, acceptance.num_accepted)
+        logits = logits.gather(1, path.unsqueeze(2).expand(-1, -1, logits.size(2)))
+        lse = lse.gather(1, path)
+        hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
+    else:
+        drafts = inputs[:, 1:]  # (B, K)
+        acceptance = accept_drafts(logits, drafts, options.beta, options.tau)
+    commit = commit_tokens(drafts, acceptance, parts.rules.eos, parts.rules.pad)
+    scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
+    # 4. bookkeep: the next draft reads the state that predicted the correction
+    write_committed_(rows, commit.tokens, scores, commit.counts)
+    index = acceptance.num_accepted.view(-1, 1, 1).expand(-1, 1, hidden.size(2))
+    rows = rows._replace(lengths=rows.lengths + commit.counts,
+                         states=hidden.gather(1, index).squeeze(1))
+    return rows, commit, acceptance.num_accepted
+
+
+def _collect(stats: SpecDecStats, rows: Rows, done: List[int], lengths: List[int],
+             index: List[int], iterations: int, finished: List[Optional[tuple]]) -> None:
+    """Stores the finished rows at their input position (host lists: no read).
+
+    Args:
+        done, lengths, index: per active row, the flags, committed lengths and
+            input positions the iteration's read brought back.
+        iterations: turns so far (every row started at the batch's first turn).
+    """
+    for i, flag in enumerate(done):
+        if flag:
+            end = lengths[i]
+            finished[index[i]] = (rows.tokens[i, 1:end].clone(),
+                                  rows.scores[i, 1:end].clone(), iterations)
+            stats.sentences += 1
 
 
 def tally_trace(trace: List[tuple], k_max: int) -> Tuple[List[int], List[int], int, int]:

@@ -16,6 +16,7 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
+from nmt_specdec.decoding import loop
 from nmt_specdec.decoding.loop import SpecDecGenerator
 from nmt_specdec.decoding.options import SpecDecOptions
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
@@ -78,7 +79,7 @@ def test_lean_verifier_pass_equals_fairseq_decoder(toy):
 
 
 @pytest.mark.parametrize("k", [2, 5])
-def test_cache_keeps_exactly_the_committed_entries(toy, k):
+def test_cache_keeps_exactly_the_committed_entries(toy, k, monkeypatch):
     # A drafter whose slot 1 is always wrong and slots 2..K right: every pass
     # writes K rejected entries after the committed ones. The cache that the
     # loop leaves must equal a fresh recompute over the committed tokens alone.
@@ -91,16 +92,16 @@ def test_cache_keeps_exactly_the_committed_entries(toy, k):
     encoder_out = encode(model, sample)
     verifier = generator.lean_verifier()
     captured = {}
-    original = SpecDecGenerator._collect
+    original = loop._collect
 
-    def spy(self, rows, done, lengths, index, iterations, finished):
+    def spy(stats, rows, done, lengths, index, iterations, finished):
         # Before rows leave: remember their cache (slots < committed inputs).
         for i in [i for i, flag in enumerate(done) if flag]:
             used = lengths[i] - 1
-            captured[index[i]] = (self._cache.key[:, i, :, :used].clone(), used)
-        return original(self, rows, done, lengths, index, iterations, finished)
+            captured[index[i]] = (generator.last_cache.key[:, i, :, :used].clone(), used)
+        return original(stats, rows, done, lengths, index, iterations, finished)
 
-    generator._collect = spy.__get__(generator)
+    monkeypatch.setattr(loop, "_collect", spy)
     max_len = generator.lengths.max_lengths(sample["net_input"]["src_tokens"], dictionary.pad())
     drafter.start_batch(sample, encoder_out)
     finished = generator.decode(verifier, encoder_out, max_len, dictionary.eos())

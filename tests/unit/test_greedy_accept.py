@@ -1,7 +1,7 @@
-"""The single-row loop's numpy acceptance (beta = 1) decides what the shared tensor
-code decides: ``resolve_tree`` for trees, ``drafts_pass`` and the argmax
-correction for chains; on random scores, on scores with ties, and with -inf
-drafts."""
+"""The single-row loop's host acceptance decides what the batched loop's tensor
+code decides: ``resolve_tree`` for trees, ``accept_drafts`` for chains; at
+beta = 1 (numpy) and for top-beta with tau (the shared tensor criterion), on
+random scores, on scores with ties, and with -inf drafts."""
 
 from __future__ import annotations
 
@@ -10,27 +10,22 @@ import math
 import pytest
 import torch
 
-from nmt_specdec.decoding.acceptance import drafts_pass
+from nmt_specdec.decoding.acceptance import accept_drafts
 from nmt_specdec.decoding.draft_tree import flatten_candidates, resolve_tree
-from nmt_specdec.decoding.single_row import greedy_accept
+from nmt_specdec.decoding.single_row import host_accept
 
 VOCAB = 12
 
 
-def shared_decision(logits, inputs, depth, width):
+def shared_decision(logits, inputs, depth, width, beta=1, tau=0.0):
     """(accepted, correction, path, drafts) from the tensor code the batched loop runs."""
     if width > 1:
-        outcome = resolve_tree(logits, inputs, depth, 1, 0.0)
+        outcome = resolve_tree(logits, inputs, depth, beta, tau)
         return (int(outcome.acceptance.num_accepted[0]), int(outcome.acceptance.correction[0]),
                 outcome.path[0].tolist(), outcome.drafts[0].tolist())
-    accepted = 0
-    if depth:
-        for passed in drafts_pass(logits[:, :depth], inputs[:, 1:], 1, 0.0)[0].tolist():
-            if not passed:
-                break
-            accepted += 1
-    correction = int(logits[0, accepted].argmax())
-    return accepted, correction, list(range(depth + 1)), inputs[0, 1:].tolist()
+    acceptance = accept_drafts(logits, inputs[:, 1:], beta, tau)
+    return (int(acceptance.num_accepted[0]), int(acceptance.correction[0]),
+            list(range(depth + 1)), inputs[0, 1:].tolist())
 
 
 def case(seed, depth, width, ties: bool, minus_inf: bool):
@@ -54,13 +49,14 @@ def case(seed, depth, width, ties: bool, minus_inf: bool):
 @pytest.mark.parametrize("depth,width", [(0, 1), (1, 1), (2, 1), (4, 1), (2, 2), (3, 3)])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("minus_inf", [False, True])
-def test_greedy_accept_decides_as_the_shared_code(depth, width, ties, minus_inf):
+@pytest.mark.parametrize("beta,tau", [(1, 0.0), (3, 1.0), (2, math.inf)])
+def test_host_accept_decides_as_the_shared_code(depth, width, ties, minus_inf, beta, tau):
     for seed in range(60):
         logits, inputs = case(seed, depth, width, ties, minus_inf)
-        accepted, correction, leaf, path, drafts = greedy_accept(
-            logits[0].numpy(), inputs[0].tolist(), depth, width)
+        accepted, correction, leaf, path, drafts = host_accept(
+            logits, logits[0].numpy(), inputs, depth, width, beta, tau)
         assert (accepted, correction, path, drafts) == shared_decision(
-            logits, inputs, depth, width), seed
+            logits, inputs, depth, width, beta, tau), seed
         assert leaf == (path != list(range(depth + 1)))
 
 
@@ -79,7 +75,7 @@ def test_fused_graph_walk_decides_as_the_host(depth, width, ties, minus_inf):
         accepted, correction, final, tie = greedy_walk(
             batch, torch.cat([inputs, inputs]), torch.tensor(parent_list(depth, width)),
             depth)[0].tolist()
-        host = greedy_accept(logits[0].numpy(), inputs[0].tolist(), depth, width)
+        host = host_accept(logits, logits[0].numpy(), inputs, depth, width, 1, 0.0)
         assert (accepted, final) == (host[0], host[3][host[0]]), seed
         assert tie == (int((logits[0, final] == logits[0, final].max()).sum()) > 1), seed
         if not tie:

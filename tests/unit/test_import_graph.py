@@ -7,10 +7,6 @@ graph is read from the source with ``ast``, so every import counts: at module
 level, inside functions, under ``TYPE_CHECKING``.
 Only modules of the two packages are nodes; an import of a name defined in a
 package's ``__init__`` is an edge to that package.
-
-Assertions that others' ongoing work still breaks are marked
-``xfail(strict=True)``: each one turns into a failure once its cause is gone,
-and then its mark (and the matching ``KNOWN_*`` entry) goes.
 """
 
 from __future__ import annotations
@@ -26,10 +22,6 @@ PACKAGES = ("nmt_specdec", "fairseq_plugins")
 PLUGIN = "fairseq_plugins"
 BACKENDS = ("nmt_specdec.decoding.backends.torch", "nmt_specdec.decoding.backends.onnxruntime")
 
-# Still there, each being removed by someone's ongoing work.
-KNOWN_CYCLES = [
-    {"nmt_specdec.decoding.loop", "nmt_specdec.decoding.single_row"},
-]
 Graph = Dict[str, Set[str]]
 
 
@@ -159,12 +151,6 @@ def test_no_backend_imports_another(graph: Graph) -> None:
     assert sorted(backend_crossings(graph)) == []
 
 
-def test_no_import_cycle_besides_the_known(graph: Graph) -> None:
-    assert [sorted(c) for c in cycles(graph) if c not in KNOWN_CYCLES] == []
-
-
-@pytest.mark.xfail(strict=True,
-                   reason="decoding/loop.py <-> decoding/single_row.py still import each other")
 def test_no_import_cycle(graph: Graph) -> None:
     assert [sorted(c) for c in cycles(graph)] == []
 

@@ -1,0 +1,215 @@
+"""The steps of a Spec-Verify turn that both loops share.
+
+:mod:`.loop` runs a turn over B rows in tensor ops with one host read;
+:mod:`.single_row` runs it for one sentence on the CPU, deciding on the host.
+Both start from the same :class:`Batch` and take the generator's parts as a
+:class:`LoopParts`, so neither reaches into the generator or the other loop:
+
+- :func:`start_batch`: the buffers, the cache and the encoder keys/values;
+- :func:`plan_turn`: K and which length rules may apply, from host ints;
+- :func:`draft_inputs`: 1. draft, giving the verify inputs;
+- :func:`constrained_scores`: 2. verify's scores, constrained (and exact where an
+  8-bit projection could not certify a decision);
+- :func:`end_turn`: what the turn tells the statistics and the K policy.
+
+Shapes: B active rows, K draft slots, C candidates per slot, N verify inputs,
+T buffer width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from nmt_specdec.decoding.backends.base import Verified, VerifierCalls
+from nmt_specdec.decoding.cache import StaticKVCache
+from nmt_specdec.decoding.draft_tree import flatten_candidates
+from nmt_specdec.decoding.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.k_policy import KPolicy
+from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.scoring import Constraints, certain, normaliser
+from nmt_specdec.decoding.stats import SpecDecStats
+
+
+class LoopParts(NamedTuple):
+    """What a loop uses of its generator, handed over for one batch.
+
+    Attributes:
+        options: K, beta, tau, candidates.
+        rules: fairseq's per-step constraints (special ids from the dictionary).
+        drafter: proposes the drafts.
+        k_policy: chooses K per turn and learns from what the turns commit.
+        stats: the running statistics the loop adds to.
+        verifier: the backend's model calls for this batch.
+    """
+
+    options: SpecDecOptions
+    rules: Constraints
+    drafter: Drafter
+    k_policy: KPolicy
+    stats: SpecDecStats
+    verifier: VerifierCalls
+
+
+class Rows(NamedTuple):
+    """The active rows. Buffers are (B, T+1): column T is a write-off slot.
+
+    Attributes:
+        index: (B,) row in the input batch.
+        tokens: (B, T+1) committed tokens (BOS first), ``pad`` beyond ``lengths``.
+        scores: (B, T+1) log-probability of each committed token (0 for BOS).
+        lengths: (B,) committed tokens, BOS included.
+        max_len: (B,) output step at which EOS is forced.
+        states: (B, C) verifier state that predicted the last committed token.
+    """
+
+    index: Tensor
+    tokens: Tensor
+    scores: Tensor
+    lengths: Tensor
+    max_len: Tensor
+    states: Tensor
+
+
+class Batch(NamedTuple):
+    """A batch ready to decode.
+
+    Attributes:
+        rows: every row, nothing committed but BOS.
+        cache: the verifier's self-attention cache, empty.
+        cross: the verifier's encoder keys/values of the batch.
+        limits: ``rows.max_len`` on the host.
+        k_max: the largest K this batch drafts (0: the K policy will not draft).
+    """
+
+    rows: Rows
+    cache: StaticKVCache
+    cross: Any
+    limits: List[int]
+    k_max: int
+
+
+def start_batch(parts: LoopParts, encoder_out: Any, max_len: Tensor, bos: int) -> Batch:
+    """Allocates a batch's buffers and cache at their largest size (one host read).
+
+    Args:
+        encoder_out: the backend's encoder output.
+        max_len: (B,) output step at which EOS is forced.
+        bos: the first decoder input.
+    """
+    batch, options, verifier = max_len.numel(), parts.options, parts.verifier
+    k_max = options.k if parts.k_policy.may_draft else 0
+    limits = max_len.tolist()
+    # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
+    width = max(limits) + k_max * options.candidates + 2
+    cross = verifier.cross_states(encoder_out)
+    cache = verifier.new_cache(batch, width)
+    tokens = max_len.new_full((batch, width + 1), parts.rules.pad)
+    tokens[:, 0] = bos
+    like = verifier.embed
+    rows = Rows(
+        index=torch.arange(batch, device=max_len.device),
+        tokens=tokens,
+        # Scores stay float32 whatever the model's precision (fairseq's are too).
+        scores=torch.zeros(batch, width + 1, device=like.device),
+        lengths=max_len.new_ones(batch),
+        max_len=max_len,
+        states=parts.drafter.start_states(batch, like),
+    )
+    return Batch(rows, cache, cross, limits, k_max)
+
+
+def plan_turn(parts: LoopParts, k_max: int, turn: int, longest: int,
+              limits: List[int]) -> Tuple[int, Tuple[bool, bool]]:
+    """K for this turn, and which length rules may apply (host ints: no read).
+
+    Args:
+        turn: turns so far. Every row commits at least one token a turn, so no
+            row has fewer than ``turn`` output tokens.
+        longest: the longest row's committed tokens, BOS included.
+        limits: the active rows' ``max_len``.
+
+    Returns:
+        ``(K, (check_min_len, check_max_len))`` for
+        :func:`~.scoring.constrain_logits_`.
+    """
+    k = parts.k_policy.choose(max(0, min(k_max, max(limits) - turn)), len(limits))
+    return k, (turn < parts.rules.min_len, longest - 1 + k >= min(limits))
+
+
+def draft_inputs(drafter: Drafter, request: Optional[DraftRequest], last: Optional[Tensor],
+                 candidates: int, into: Optional[Tensor] = None) -> Tensor:
+    """Step 1, draft: the verify inputs, each row's last committed token then its drafts.
+
+    Args:
+        request: what the drafter may read; None when K = 0 (nothing to draft).
+        last: (B, 1) each row's last committed token; None: column 0 of ``into``.
+        candidates: C; above 1 the chain and its leaves, flat in verify order
+            (:mod:`.draft_tree`).
+        into: a kept (B, K+1) buffer holding the last committed tokens in column
+            0: a chain is written into it, so that a graph runtime keeps its
+            input binding from turn to turn.
+
+    Returns:
+        (B, N) inputs: N = K+1 for a chain, 1 + K*C for a tree.
+    """
+    if request is None:
+        return last if into is None else into
+    if candidates > 1:
+        last = into[:, :1] if last is None else last
+        return flatten_candidates(last, drafter.propose_candidates(request, candidates))
+    drafts = drafter.propose(request)  # (B, K)
+    if into is None:
+        return torch.cat([last, drafts], 1)
+    into[:, 1:] = drafts
+    return into
+
+
+def constrained_scores(verifier: VerifierCalls, verified: Verified,
+                       constrain: Callable[[Tensor], Any], margin: float,
+                       on_host: bool = False) -> Tuple[Tensor, Tensor]:
+    """Step 2, verify's scores: float32 logits under fairseq's constraints.
+
+    Where the call's logits are exact only above a bound (an 8-bit projection,
+    :class:`~.backends.base.Verified`) and a decision may rest on an inexact one,
+    this call's logits are computed again in fp32.
+
+    Args:
+        constrain: applies the constraints to (B, N, V) logits in place.
+        margin: :func:`~.scoring.certainty_margin` of the acceptance settings.
+        on_host: read the best logits through numpy (one row on the CPU: no tensor op).
+
+    Returns:
+        ``(logits, normaliser)``: (B, N, V) constrained logits and the (B, N)
+        ``logsumexp`` of the raw ones (fairseq normalises before constraining).
+    """
+    logits = verified.logits.float()  # acceptance and scores read float32
+    lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
+    constrain(logits)
+    bound = verified.bound
+    if bound is None:
+        return logits, lse
+    if on_host:
+        exact = certain(logits.detach().numpy().max(-1), bound.numpy(), margin)
+    else:
+        exact = certain(logits.amax(dim=-1), bound, margin)
+    if not exact:  # an 8-bit score may matter here: this call's scores again, in fp32
+        logits = verifier.exact_logits(verified.hidden).float()
+        lse = normaliser(logits)
+        constrain(logits)
+    return logits, lse
+
+
+def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: float) -> None:
+    """Counts a turn that drafted ``k`` and tells the K policy what it bought.
+
+    Args:
+        drafts_committed: per row, drafts committed (none past an EOS); empty
+            unless ``parts.k_policy.wants_counts``.
+        started: ``time.perf_counter()`` at the turn's start.
+    """
+    parts.stats.k_chosen[k] = parts.stats.k_chosen.get(k, 0) + 1
+    parts.k_policy.observe(drafts_committed, k, time.perf_counter() - started)
