@@ -28,7 +28,7 @@ VERBOSE_HELP = "also show the INFO logs of fairseq, ONNX Runtime and other libra
 _verbose = False
 
 
-class _StderrHandler(logging.StreamHandler):
+class CurrentStderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record arrives: a handler bound
     to the stream of its creation would write to a closed stream once a caller
     (pytest's capture, a notebook) has swapped ``sys.stderr``."""
@@ -68,9 +68,9 @@ def setup(verbose: bool = False) -> None:
     global _verbose
     _verbose = verbose
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+    for handler in [h for h in root.handlers if isinstance(h, CurrentStderrHandler)]:
         root.removeHandler(handler)
-    handler = _StderrHandler()
+    handler = CurrentStderrHandler()
     handler.setFormatter(_Formatter())
     root.addHandler(handler)
     # The root level filters every library whose logger has no level of its own;

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, TextIO
 
 from nmt_specdec.errors import UserError
+from nmt_specdec.logs import CurrentStderrHandler
 
 LOG = logging.getLogger("nmt_specdec.data")
 
@@ -137,26 +138,12 @@ def ticker(desc: str) -> Iterator[None]:
         bar.close()
 
 
-class _CurrentStderr(logging.StreamHandler):
-    """A handler that writes to whatever ``sys.stderr`` is *now*: one bound to
-    the stream of its first call would write to a closed stream once a caller
-    (pytest's capture, a notebook) has swapped ``sys.stderr`` in between."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
 def setup_logging(verbose: bool = True) -> None:
     """Send recipe progress lines to stderr (idempotent)."""
     if LOG.handlers:
         LOG.setLevel(logging.INFO if verbose else logging.WARNING)
         return
-    handler = _CurrentStderr()
+    handler = CurrentStderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s | %(message)s", "%H:%M:%S"))
     LOG.addHandler(handler)
     LOG.setLevel(logging.INFO if verbose else logging.WARNING)
