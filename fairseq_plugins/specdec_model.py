@@ -13,7 +13,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
-from nmt_specdec.decoding.backends import check_backend
+from nmt_specdec.decoding.options import DecodingOptions, flag_names
 from nmt_specdec.draft_head import FORMAT_VERSION, DraftHead
 from nmt_specdec.errors import CheckpointError, UserError
 
@@ -58,19 +58,16 @@ class SpecDecTransformerModel(TransformerModel):
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt",
                         data_name_or_path=".", **kwargs):
-        """fairseq's hub loader, plus ``backend=``/``int8=``/``fused_draft=``/
-        ``exact_scores=``/``spec_candidates=``/``spec_drafter=``: fairseq
-        applies keyword overrides only to options the checkpoint saved, and checkpoints
-        older than these options lack them, so they are set on the task after loading."""
-        late = {name: kwargs.pop(name) for name in ("backend", "int8", "fused_draft",
-                                                    "exact_scores", "spec_candidates",
-                                                    "spec_drafter")
-                if name in kwargs}
+        """fairseq's hub loader; the decoding flags (``spec_decoding=``, ``spec_k=``,
+        ``backend=``...) are set on the task config after loading, because fairseq applies
+        keyword overrides only to options the checkpoint saved, and checkpoints older than
+        an option lack it."""
+        late = {name: kwargs.pop(name) for name in flag_names() if name in kwargs}
         hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
                                       **kwargs)
         for name, value in late.items():
             setattr(hub.task.cfg, name, value)
-        check_backend(hub.task.cfg.backend, hub.task.cfg.int8, hub.task.cfg.fused_draft)
+        DecodingOptions.from_flags(hub.task.cfg)  # a bad value fails here, in one line
         return hub
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):

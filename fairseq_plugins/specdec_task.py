@@ -2,9 +2,11 @@
 
 Adds to fairseq's ``translation`` task:
 - optional sequence-level distilled targets for the draft loss (``--distill-data``);
-- decoding options (``--spec-decoding``, ``--spec-k``, ``--spec-beta``,
-  ``--spec-tau``, ``--deterministic``), read by :meth:`build_generator` because a
-  plugin cannot add fields to fairseq's GenerationConfig;
+- the decoding flags of :class:`~nmt_specdec.decoding.options.DecodingOptions`
+  (``--spec-decoding``, ``--spec-k``, ``--backend``, ``--deterministic``...), as
+  fields of the task config because a plugin cannot add fields to fairseq's
+  GenerationConfig; :meth:`build_generator` reads them back and calls
+  :func:`~nmt_specdec.decoding.build.build_decoder`;
 - ``--init-from-ar-checkpoint`` / ``--freeze-verifier`` to train a draft head onto
   an existing stock Transformer.
 """
@@ -12,7 +14,8 @@ Adds to fairseq's ``translation`` task:
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
+from functools import partial
 from typing import Optional
 
 from fairseq import checkpoint_utils
@@ -22,85 +25,18 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq_plugins import inference_inputs
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
-from fairseq_plugins.generators import build_decoder
 from fairseq_plugins.generation_stats import log_stats_at_exit
-from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
-from nmt_specdec.decoding.options import DRAFTERS, parse_spec_k
+from nmt_specdec.decoding.build import build_decoder
+from nmt_specdec.decoding.options import DecodingOptions, flag_fields
 from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TranslationSpecDecConfig(TranslationConfig):
-    spec_decoding: bool = field(
-        default=False,
-        metadata={"help": "decode with speculative draft-and-verify (needs a draft head)"},
-    )
-    spec_k: Optional[str] = field(
-        default=None,
-        metadata={"help": "draft block size K at decoding time (default: the model's "
-                          "--draft-block-size); 0 = greedy decoding with the lean engine; "
-                          "'auto' = choose K per iteration (up to the model's) from running "
-                          "acceptance and measured pass costs"},
-    )
-    spec_beta: int = field(
-        default=1,
-        metadata={"help": "accept a draft if it is in the verifier's top-beta; 1 = exactly "
-                          "the verifier's greedy output"},
-    )
-    spec_tau: float = field(
-        default=0.0,
-        metadata={"help": "... and within tau (log-prob) of the verifier's top-1"},
-    )
-    spec_candidates: int = field(
-        default=1,
-        metadata={"help": "drafts verified per slot: the head's top-1 chain plus C-1 more "
-                          "candidates per depth as leaves, all in one verify pass (a tree "
-                          "attention mask); 1 = the chain alone. Output unchanged at beta=1"},
-    )
-    spec_drafter: str = field(
-        default="head",
-        metadata={"help": "what drafts: head (the model's draft head) or verifier-int8 (the "
-                          "verifier's own 8-bit copy, token by token: no draft head needed, "
-                          "near-oracle acceptance; --backend onnxruntime, fp32). Output "
-                          "unchanged at beta=1"},
-    )
-    backend: str = field(
-        default=DEFAULT_BACKEND,
-        metadata={"help": f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "
-                          "(torch: eager, any device; onnxruntime: CPU graphs exported once "
-                          "per checkpoint, cached in ~/.cache/nmt_specdec/onnx; auto: the "
-                          "faster on the CPU, torch on a GPU)"},
-    )
-    int8: bool = field(
-        default=False,
-        metadata={"help": "with --backend onnxruntime: 8-bit weights in the verifier and draft "
-                          "graphs (beta=1 stays exactly the int8 verifier's greedy output)"},
-    )
-    fused_draft: bool = field(
-        default=False,
-        metadata={"help": "with --backend onnxruntime: run the draft head inside the verify "
-                          "call, after every verified position (one runtime call per "
-                          "iteration; same output)"},
-    )
-    exact_scores: bool = field(
-        default=False,
-        metadata={"help": "with --backend onnxruntime (fp32): every logit of the verifier's output "
-                          "projection in fp32, so positional scores equal the torch backend's. "
-                          "By default it runs in 8 bits and the tokens that decide are "
-                          "certified in fp32: the same output tokens, scores within ~3e-3, "
-                          "a verify call ~0.2 ms cheaper at batch 1"},
-    )
-    deterministic: bool = field(
-        default=False,
-        metadata={"help": "batch-invariant output (greedy only): replay committed tokens "
-                          "in a fixed shape and recompute mismatches"},
-    )
-    deterministic_window: int = field(
-        default=32,
-        metadata={"help": "positions per fixed-shape replay pass of --deterministic"},
-    )
+class _TrainingConfig(TranslationConfig):
+    """fairseq's translation options plus training a draft head."""
+
     distill_data: Optional[str] = field(
         default=None,
         metadata={"help": "binarized data dir with sequence-level distilled targets of the "
@@ -128,12 +64,20 @@ class TranslationSpecDecConfig(TranslationConfig):
     )
 
 
+# The decoding flags are generated from their one declaration (see
+# nmt_specdec/decoding/options.py): fairseq builds --flags from fields named as them.
+TranslationSpecDecConfig = make_dataclass(
+    "TranslationSpecDecConfig", flag_fields(), bases=(_TrainingConfig,),
+    namespace={"__module__": __name__,
+               "__doc__": "The task's options: translation, training, decoding."})
+
+
 @register_task("translation_specdec", dataclass=TranslationSpecDecConfig)
 class TranslationSpecDecTask(TranslationTask):
     cfg: TranslationSpecDecConfig
 
     def __init__(self, cfg: TranslationSpecDecConfig, src_dict, tgt_dict):
-        _validate_decoding_options(cfg)
+        _check_options(cfg)
         super().__init__(cfg, src_dict, tgt_dict)
 
     # -- hostile raw input: see fairseq_plugins/inference_inputs.py --
@@ -193,30 +137,31 @@ class TranslationSpecDecTask(TranslationTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
-        stock = None
-        if not self.cfg.spec_decoding:
-            stock = super().build_generator(
-                models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
-            )
+        # Read at every call: the hub and scripts set options on the config after setup.
+        options = DecodingOptions.from_flags(self.cfg)
+        stock = partial(super().build_generator, models, args, seq_gen_cls,
+                        extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        model = _one_model(models, options)
         return log_stats_at_exit(
-            build_decoder(self.cfg, models, self.target_dictionary, args, stock))
+            build_decoder(model, self.target_dictionary, options, args, stock))
 
 
-def _validate_decoding_options(cfg: TranslationSpecDecConfig) -> None:
-    k, _ = parse_spec_k(cfg.spec_k)
-    if k is not None and k >= cfg.max_target_positions:
-        raise UserError(f"--spec-k {k} must be below --max-target-positions "
+def _one_model(models, options: DecodingOptions):
+    """The model the engine decodes with; fairseq's own generator takes ensembles."""
+    if len(models) != 1:
+        for flag, used in (("--spec-decoding", options.spec_decoding),
+                           ("--deterministic", options.deterministic)):
+            if used:
+                raise UserError(f"{flag} decodes with one model, not an ensemble")
+    return models[0]
+
+
+def _check_options(cfg: TranslationSpecDecConfig) -> None:
+    """What fairseq-train/-generate/-interactive refuse before loading a model."""
+    options = DecodingOptions.from_flags(cfg)
+    if options.k is not None and options.k >= cfg.max_target_positions:
+        raise UserError(f"--spec-k {options.k} must be below --max-target-positions "
                         f"{cfg.max_target_positions}")
-    if cfg.spec_beta < 1:
-        raise UserError(f"--spec-beta must be >= 1, got {cfg.spec_beta}")
-    check_backend(cfg.backend, cfg.int8, cfg.fused_draft)
-    if cfg.spec_drafter not in DRAFTERS:
-        raise UserError(f"--spec-drafter must be one of {', '.join(DRAFTERS)}, "
-                        f"got {cfg.spec_drafter!r}")
-    if cfg.deterministic_window < 1:
-        raise UserError(f"--deterministic-window must be >= 1, got {cfg.deterministic_window}")
-    if cfg.spec_tau < 0:
-        raise UserError(f"--spec-tau must be >= 0, got {cfg.spec_tau}")
     if cfg.freeze_verifier and not cfg.init_from_ar_checkpoint:
         logger.info("--freeze-verifier without --init-from-ar-checkpoint: the verifier "
                     "keeps its current (e.g. resumed) weights")

@@ -42,8 +42,7 @@ from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec import checkpoints
 from nmt_specdec import logs
-from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
-from nmt_specdec.decoding.options import DRAFTERS, default_spec_k, parse_spec_k
+from nmt_specdec.decoding.options import DecodingOptions, add_flags, flag_names
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
     SENTENCE_END,
@@ -77,7 +76,8 @@ LONG_LINE_HELP = (
 
 @dataclass(frozen=True)
 class TranslateConfig:
-    """Options of ``nmt-specdec-translate`` (help strings: :func:`build_parser`)."""
+    """Options of ``nmt-specdec-translate`` (help strings: :func:`build_parser`;
+    ``decoding``'s: :class:`~nmt_specdec.decoding.options.DecodingOptions`)."""
 
     checkpoint: str
     spm_model: str
@@ -86,16 +86,7 @@ class TranslateConfig:
     data: Optional[str] = None
     source_lang: Optional[str] = None
     target_lang: Optional[str] = None
-    spec_decoding: bool = False
-    spec_k: Optional[str] = None
-    spec_beta: int = 1
-    spec_tau: float = 0.0
-    spec_candidates: int = 1
-    spec_drafter: str = "head"
-    backend: str = DEFAULT_BACKEND
-    int8: bool = False
-    fused_draft: bool = False
-    exact_scores: bool = False
+    decoding: DecodingOptions = DecodingOptions()
     beam: int = 5
     batch_size: int = 32
     max_len_a: float = 0.0
@@ -105,14 +96,6 @@ class TranslateConfig:
     bf16: bool = False
 
     def __post_init__(self) -> None:
-        parse_spec_k(self.spec_k)  # raises UserError naming the option
-        check_backend(self.backend, self.int8, self.fused_draft)
-        if self.spec_beta < 1:
-            raise UserError(f"--spec-beta must be >= 1, got {self.spec_beta}")
-        if not self.spec_tau >= 0:
-            raise UserError(f"--spec-tau must be >= 0, got {self.spec_tau}")
-        if self.spec_candidates < 1:
-            raise UserError(f"--spec-candidates must be >= 1, got {self.spec_candidates}")
         if self.beam < 1:
             raise UserError(f"--beam must be >= 1, got {self.beam}")
         if self.batch_size < 1:
@@ -124,7 +107,8 @@ class TranslateConfig:
             raise UserError(f"--data: no such directory {self.data}")
         if self.fp16 and self.bf16:
             raise UserError("--fp16 and --bf16 exclude each other")
-        if (self.fp16 or self.bf16) and self.spec_decoding and self.backend == "onnxruntime":
+        if (self.fp16 or self.bf16) and self.decoding.spec_decoding \
+                and self.decoding.backend == "onnxruntime":
             raise UserError("--fp16/--bf16 decode with --backend torch (ONNX Runtime runs "
                             "fp32 and --int8)")
 
@@ -178,10 +162,8 @@ def load_translator(cfg: TranslateConfig) -> Translator:
             f"({' '.join(str(err).split())[:120]})"
         ) from None
     model, task = _load_model(cfg)
-    if cfg.spec_decoding:
-        _check_specdec(cfg, task, model)
     _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
-    on_cpu = cfg.cpu or cfg.backend == "onnxruntime"  # a CPU runtime
+    on_cpu = cfg.cpu or cfg.decoding.backend == "onnxruntime"  # a CPU runtime
     device = torch.device("cuda" if torch.cuda.is_available() and not on_cpu else "cpu")
     model.to(device=device, dtype=cfg.dtype).eval()
     generator = _build_generator(cfg, task, model)
@@ -193,31 +175,10 @@ def load_translator(cfg: TranslateConfig) -> Translator:
 
 def _load_model(cfg: TranslateConfig):
     """The model and task; under ``--spec-decoding`` a stock checkpoint's task is
-    ``translation_specdec``, whose generator decodes with the engine."""
+    ``translation_specdec`` (its inference dataset tolerates hostile input)."""
     overrides = {"data": cfg.data, "source_lang": cfg.source_lang,
                  "target_lang": cfg.target_lang}
-    return checkpoints.load(cfg.checkpoint, overrides, specdec_task=cfg.spec_decoding)
-
-
-def _check_specdec(cfg: TranslateConfig, task, model) -> None:
-    head = hasattr(model, "draft_head")
-    k = parse_spec_k(cfg.spec_k)[0]
-    if not hasattr(task.cfg, "spec_decoding") or not (head or cfg.spec_drafter != "head"
-                                                      or k == 0):
-        raise UserError(
-            "--spec-decoding needs a checkpoint with a draft head, and "
-            f"{cfg.checkpoint} "
-            "has none; train one with --task translation_specdec --arch "
-            "specdec_transformer_* (or pass --spec-drafter verifier-int8 or --spec-k 0, "
-            "or decode without --spec-decoding)"
-        )
-    if k is None:
-        k = default_spec_k(model, cfg.spec_drafter)
-    if k >= model.max_decoder_positions():
-        raise UserError(
-            f"--spec-k {k} must be below the model's "
-            f"{model.max_decoder_positions()} target positions"
-        )
+    return checkpoints.load(cfg.checkpoint, overrides, specdec_task=cfg.decoding.spec_decoding)
 
 
 def _check_spm_matches(spm, dictionary, path: str) -> None:
@@ -239,17 +200,13 @@ def _check_spm_matches(spm, dictionary, path: str) -> None:
 def _build_generator(cfg: TranslateConfig, task, model):
     from fairseq.dataclass.configs import GenerationConfig
 
+    from nmt_specdec.decoding.build import build_decoder, fairseq_generator
+
     gen = GenerationConfig()
-    gen.beam = 1 if cfg.spec_decoding else cfg.beam
+    gen.beam = 1 if cfg.decoding.spec_decoding else cfg.beam
     gen.max_len_a, gen.max_len_b = cfg.max_len_a, cfg.max_len_b
-    if hasattr(task.cfg, "spec_decoding"):  # SpecDec options live on the task config
-        task.cfg.spec_decoding = cfg.spec_decoding
-        task.cfg.spec_k, task.cfg.spec_beta = cfg.spec_k, cfg.spec_beta
-        task.cfg.spec_tau, task.cfg.spec_candidates = cfg.spec_tau, cfg.spec_candidates
-        task.cfg.spec_drafter = cfg.spec_drafter
-        task.cfg.backend, task.cfg.int8 = cfg.backend, cfg.int8
-        task.cfg.fused_draft, task.cfg.exact_scores = cfg.fused_draft, cfg.exact_scores
-    return task.build_generator([model], gen)
+    return build_decoder(model, task.target_dictionary, cfg.decoding, gen,
+                         fairseq_generator(task, model, gen))
 
 
 def translate_lines(
@@ -396,41 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--source-lang", "-s", help="source language (default: the checkpoint's)")
     add("--target-lang", "-t", help="target language (default: the checkpoint's)")
-    add(
-        "--spec-decoding",
-        action="store_true",
-        help="SpecDec draft-and-verify (needs a checkpoint with a draft head)",
-    )
-    add("--spec-k", help="draft block size K (default: the model's; 0 = greedy with the "
-        "lean engine; 'auto' = chosen per iteration)")
-    add(
-        "--spec-beta",
-        type=int,
-        default=1,
-        help="accept drafts in the verifier's top-beta",
-    )
-    add(
-        "--spec-tau",
-        type=float,
-        default=0.0,
-        help="... and within tau (log-prob) of its top-1",
-    )
-    add("--spec-candidates", type=int, default=1,
-        help="drafts verified per slot: the top-1 chain plus C-1 leaves per depth (1 = chain)")
-    add("--spec-drafter", default="head", choices=DRAFTERS,
-        help="what drafts: the model's draft head, or the verifier's own 8-bit copy token by "
-        "token (no head needed; onnxruntime fp32; same output at beta=1)")
-    add("--backend", default=DEFAULT_BACKEND, choices=BACKENDS,
-        help="who runs the SpecDec model calls (onnxruntime: CPU graphs exported once "
-        "per checkpoint and cached)")
-    add("--int8", action="store_true",
-        help="with --backend onnxruntime: 8-bit weights (beta=1 = the int8 greedy output)")
-    add("--fused-draft", action="store_true",
-        help="with --backend onnxruntime: draft inside the verify call (same output)")
-    add("--exact-scores", action="store_true",
-        help="with --backend onnxruntime: every output logit in fp32 (positional scores as "
-        "torch's; by default an 8-bit projection certified in fp32: the same tokens, "
-        "scores within ~3e-3, faster)")
+    add_flags(parser.add_argument_group("decoding"))
     add("--beam", type=int, default=5, help="beam size without --spec-decoding")
     add("--batch-size", type=int, default=32, help="sentences per model call")
     add("--max-len-a", type=float, default=0.0, help="max length = a * src_len + b")
@@ -454,8 +377,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     logs.setup(args.verbose)  # before fairseq's import configures logging
     try:
         checkpoints.register_plugin(args.user_dir)
-        values = {k: v for k, v in vars(args).items() if k not in ("user_dir", "verbose")}
-        run(TranslateConfig(**values))
+        decoding = DecodingOptions.from_flags(args)
+        skip = {"user_dir", "verbose", *flag_names()}
+        values = {k: v for k, v in vars(args).items() if k not in skip}
+        run(TranslateConfig(**values, decoding=decoding))
     except UserError as err:
         sys.stdout.flush()
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)

@@ -1,89 +1,211 @@
-"""Decoding options and fairseq's length rules."""
+"""Decoding options, declared once, and fairseq's length rules.
 
-from __future__ import annotations
+:class:`DecodingOptions` is the one declaration of how to decode: a typed field
+per option, each with its help string and the name of its command-line flag in
+the field's metadata, all checked in ``__post_init__`` (a one-line
+:class:`UserError` naming the flag). Every entry point derives from it:
 
-from dataclasses import dataclass
-from typing import Optional, Tuple
+- fairseq builds its command line, and the task config it saves in checkpoints,
+  from a dataclass whose fields are named as the flags. :func:`flag_fields`
+  gives those fields and ``fairseq_plugins`` adds them to the task's config.
+  They are generated rather than inherited because the two classes differ in
+  kind: this one is frozen and typed, fairseq's is mutable, and ``--spec-k``
+  is text there (an integer or ``auto``) but ``Optional[int]`` here;
+- :func:`add_flags` gives ``nmt-specdec-translate`` the same flags;
+- :meth:`DecodingOptions.from_flags` reads the flags back, from fairseq's task
+  config or argparse's namespace. The text of ``--spec-k`` is read by
+  :func:`parse_spec_k` and nowhere else.
+
+Fields are named as the engine and the paper (Xia et al.) name them (``k``,
+``beta``, ``tau``); their flags keep the names fairseq users type
+(``--spec-k``, ``--spec-beta``). :func:`nmt_specdec.decoding.build.build_decoder`
+turns options and a model into a generator.
+"""
+
+import argparse
+from dataclasses import dataclass, field, fields
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
 from nmt_specdec.errors import UserError
-
 
 # --spec-drafter: the model's draft head, or the verifier's 8-bit copy.
 DRAFTERS = ("head", "verifier-int8")
-# --spec-k's default with --spec-drafter verifier-int8 (the fastest K on the
-# gettext test sentences, README "Drafting with the verifier's 8-bit copy").
-VERIFIER_DRAFTER_K = 4
+# --spec-k's value for "choose K per iteration", and its default.
+AUTO = "auto"
+SPEC_K = "spec_k"
+
+
+def _option(default: Any, help: str, flag: Optional[str],
+            choices: Optional[Tuple[str, ...]] = None) -> Any:
+    """A field of :class:`DecodingOptions`: its default, what it does, its flag
+    (``spec_beta`` for ``--spec-beta``; None: no flag) and the values it takes."""
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
 
 
 @dataclass(frozen=True)
-class SpecDecOptions:
-    """Decoding options (Xia et al.'s k, beta, tau).
+class DecodingOptions:
+    """How to decode (Xia et al.'s k, beta, tau, and who runs the model calls).
 
-    Attributes:
-        k: draft block size K; 0 is plain greedy decoding with the same engine.
-        beta: top-beta acceptance width; 1 = lossless greedy.
-        tau: log-probability margin to the verifier's top-1.
-        deterministic: batch-invariant output (see :mod:`nmt_specdec.determinism`).
-        auto_k: choose K per iteration (up to ``k``) from acceptance and pass costs.
-        candidates: drafts verified per slot: the top-1 chain plus C-1 leaves per
-            depth (see :mod:`nmt_specdec.decoding.draft_tree`); 1 = a chain.
-        drafter: what proposes the drafts (``--spec-drafter``, :data:`DRAFTERS`):
-            ``head``, the model's NAR draft head, or ``verifier-int8``, the
-            verifier's own 8-bit copy, token by token
-            (:mod:`nmt_specdec.decoding.verifier_drafter`).
+    ``k`` None is ``--spec-k auto``: K chosen per iteration, up to the model's
+    draft block size (:func:`nmt_specdec.decoding.build.resolve` makes it a
+    number before the engine sees it). Help strings: the fields' metadata.
     """
 
-    k: int
-    beta: int = 1
-    tau: float = 0.0
-    deterministic: bool = False
-    auto_k: bool = False
-    candidates: int = 1
-    drafter: str = "head"
+    spec_decoding: bool = _option(
+        False, "decode with speculative draft-and-verify (needs a draft head, or "
+        "--spec-drafter verifier-int8)", "spec_decoding")
+    k: Optional[int] = _option(
+        None, "draft block size K at decoding time: an integer is a fixed K (0 = greedy "
+        "decoding with the lean engine); 'auto' (the default) chooses K per iteration, up to "
+        "the model's --draft-block-size (4 with --spec-drafter verifier-int8), from running "
+        "acceptance and measured pass costs", SPEC_K)
+    auto_k: bool = _option(
+        False, "choose K per iteration up to k (what --spec-k auto sets)", None)
+    beta: int = _option(
+        1, "accept a draft if it is in the verifier's top-beta; 1 = exactly the verifier's "
+        "greedy output", "spec_beta")
+    tau: float = _option(
+        0.0, "... and within tau (log-prob) of the verifier's top-1", "spec_tau")
+    candidates: int = _option(
+        1, "drafts verified per slot: the head's top-1 chain plus C-1 more candidates per "
+        "depth as leaves, all in one verify pass (a tree attention mask); 1 = the chain "
+        "alone. Output unchanged at beta=1", "spec_candidates")
+    drafter: str = _option(
+        "head", "what drafts: head (the model's draft head) or verifier-int8 (the verifier's "
+        "own 8-bit copy, token by token: no draft head needed, near-oracle acceptance; "
+        "--backend onnxruntime, fp32). Output unchanged at beta=1", "spec_drafter", DRAFTERS)
+    backend: str = _option(
+        DEFAULT_BACKEND, f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "
+        "(torch: eager, any device; onnxruntime: CPU graphs exported once per checkpoint, "
+        "cached in ~/.cache/nmt_specdec/onnx; auto: the faster on the CPU, torch on a GPU)",
+        "backend", BACKENDS)
+    int8: bool = _option(
+        False, "with --backend onnxruntime: 8-bit weights in the verifier and draft graphs "
+        "(beta=1 stays exactly the int8 verifier's greedy output)", "int8")
+    fused_draft: bool = _option(
+        False, "with --backend onnxruntime: run the draft head inside the verify call, after "
+        "every verified position (one runtime call per iteration; same output)", "fused_draft")
+    exact_scores: bool = _option(
+        False, "with --backend onnxruntime (fp32): every logit of the verifier's output "
+        "projection in fp32, so positional scores equal the torch backend's. By default it "
+        "runs in 8 bits and the tokens that decide are certified in fp32: the same output "
+        "tokens, scores within ~3e-3, a verify call ~0.2 ms cheaper at batch 1", "exact_scores")
+    deterministic: bool = _option(
+        False, "batch-invariant output (greedy only): replay committed tokens in a fixed "
+        "shape and recompute mismatches", "deterministic")
+    deterministic_window: int = _option(
+        32, "positions per fixed-shape replay pass of --deterministic", "deterministic_window")
 
-    def __post_init__(self):
-        if self.k < 0:
+    def __post_init__(self) -> None:
+        if self.k is not None and self.k < 0:
             raise UserError(f"--spec-k must be >= 0, got {self.k}")
         if self.beta < 1:
             raise UserError(f"--spec-beta must be >= 1, got {self.beta}")
-        if not self.tau >= 0:
+        if not self.tau >= 0:  # nan too
             raise UserError(f"--spec-tau must be >= 0, got {self.tau}")
         if self.candidates < 1:
             raise UserError(f"--spec-candidates must be >= 1, got {self.candidates}")
-        if self.candidates > 1 and self.deterministic:
-            raise UserError("--spec-candidates > 1 does not combine with --deterministic")
         if self.drafter not in DRAFTERS:
             raise UserError(f"--spec-drafter must be one of {', '.join(DRAFTERS)}, "
                             f"got {self.drafter!r}")
+        check_backend(self.backend, self.int8, self.fused_draft)
+        if self.deterministic_window < 1:
+            raise UserError(f"--deterministic-window must be >= 1, got {self.deterministic_window}")
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        if self.candidates > 1 and self.deterministic:
+            raise UserError("--spec-candidates > 1 does not combine with --deterministic")
         if self.candidates > 1 and self.drafter != "head":
             raise UserError(f"--spec-candidates > 1 needs the draft head (--spec-drafter "
                             f"{self.drafter} proposes one token per slot)")
+        # Only greedy verification is batch-invariant: with beta > 1 the result would
+        # depend on which candidates the batched fast path proposed.
+        if self.deterministic and self.spec_decoding and self.beta != 1:
+            raise UserError("--deterministic needs --spec-beta 1 (relaxed acceptance depends "
+                            "on the drafts the batch happened to propose)")
+
+    @classmethod
+    def from_flags(cls, flags: Any) -> "DecodingOptions":
+        """The options that ``flags`` holds as attributes named as the flags: fairseq's
+        task config, argparse's namespace, or ``TranslationSpecDecConfig``.
+
+        Raises:
+            UserError: a bad value, naming its flag.
+        """
+        values = {}
+        for option in fields(cls):
+            flag = option.metadata["flag"]
+            if flag == SPEC_K:
+                values[option.name] = parse_spec_k(getattr(flags, flag))
+            elif flag is not None:
+                values[option.name] = getattr(flags, flag)
+        return cls(**values)
 
 
-def default_spec_k(model, drafter: str) -> Optional[int]:
-    """``--spec-k``'s default: the head's block size, :data:`VERIFIER_DRAFTER_K` for
-    the 8-bit copy, None for a head drafter on a model without a head."""
-    if drafter == "verifier-int8":
-        return VERIFIER_DRAFTER_K
-    return getattr(model, "draft_block_size", None) if hasattr(model, "draft_head") else None
+# The name the engine's modules import: the loop takes DecodingOptions.
+SpecDecOptions = DecodingOptions
 
 
-def parse_spec_k(value) -> Tuple[Optional[int], bool]:
-    """``--spec-k``: an integer K >= 0, or ``auto`` -> (K or None, auto?)."""
-    if value is None:
-        return None, False
-    if str(value).strip().lower() == "auto":
-        return None, True
+def parse_spec_k(value: Any) -> Optional[int]:
+    """``--spec-k``: an integer K >= 0, or ``auto`` (also None: a checkpoint saved
+    before auto was the default) -> None."""
+    if value is None or str(value).strip().lower() == AUTO:
+        return None
     try:
         k = int(str(value))
     except ValueError:
         raise UserError(f"--spec-k must be an integer >= 0 or 'auto', got {value!r}") from None
     if k < 0:
         raise UserError(f"--spec-k must be >= 0, got {k}")
-    return k, False
+    return k
+
+
+def _flagged() -> List[Any]:
+    return [option for option in fields(DecodingOptions) if option.metadata["flag"]]
+
+
+def flag_names() -> List[str]:
+    """Every decoding flag, as fairseq names its config field (``spec_k``)."""
+    return [option.metadata["flag"] for option in _flagged()]
+
+
+def option_help(name: str) -> str:
+    """The help string of the field ``name`` of :class:`DecodingOptions`."""
+    return DecodingOptions.__dataclass_fields__[name].metadata["help"]
+
+
+def flag_fields() -> List[Tuple[str, Any, Any]]:
+    """``(name, type, field)`` of every flag, for a fairseq config (``make_dataclass``).
+
+    ``--spec-k`` is text there, ``auto`` or an integer, and None in checkpoints
+    saved before ``auto`` was its default.
+    """
+    made = []
+    for option in _flagged():
+        flag = option.metadata["flag"]
+        kind, default = (Optional[str], AUTO) if flag == SPEC_K else (option.type, option.default)
+        made.append((flag, kind, field(default=default, metadata={"help": option.metadata["help"]})))
+    return made
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds every decoding flag to an argparse parser (read back by
+    :meth:`DecodingOptions.from_flags` on the parsed namespace)."""
+    for option in _flagged():
+        flag, help = option.metadata["flag"], option.metadata["help"]
+        name = "--" + flag.replace("_", "-")
+        if option.type is bool:  # every switch is off by default
+            parser.add_argument(name, action="store_true", help=help)
+        elif flag == SPEC_K:
+            parser.add_argument(name, default=AUTO, metavar="K", help=help)
+        else:
+            parser.add_argument(name, type=option.type, default=option.default,
+                                choices=option.metadata["choices"], help=help)
 
 
 @dataclass(frozen=True)

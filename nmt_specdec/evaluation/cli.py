@@ -26,7 +26,7 @@ from typing import List, Optional
 from nmt_specdec import checkpoints
 from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
-from nmt_specdec.decoding.options import DRAFTERS
+from nmt_specdec.decoding.options import DRAFTERS, option_help
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
 
@@ -122,71 +122,7 @@ def _add_decoding_args(group) -> None:
     group.add_argument("--min-len", type=int, default=1)
     group.add_argument("--lenpen", type=float, default=1.0)
     group.add_argument("--unkpen", type=float, default=0.0)
-    group.add_argument(
-        "--grid-k",
-        type=int,
-        nargs="+",
-        default=[],
-        help="SpecDec draft block sizes (default: the model's); the engine's own "
-        "greedy decoding (K=0, the 'vs engine greedy' reference) is always run",
-    )
-    group.add_argument(
-        "--grid-auto",
-        action="store_true",
-        help="also run --spec-k auto (K chosen per iteration, up to the model's draft "
-        "block size)",
-    )
-    group.add_argument(
-        "--grid-beta",
-        type=int,
-        nargs="+",
-        default=[1, 3, 5],
-        help="SpecDec top-beta widths (1 = exactly greedy)",
-    )
-    group.add_argument(
-        "--grid-tau",
-        type=float,
-        nargs="+",
-        default=[1.0, 3.0],
-        help="SpecDec log-prob margins (beta=1 rows run once, tau unused)",
-    )
-    group.add_argument(
-        "--grid-candidates",
-        type=int,
-        nargs="+",
-        default=[1],
-        help="drafts verified per slot for K > 0 (--spec-candidates: the top-1 chain plus "
-        "C-1 leaves per depth; 1 = the chain)",
-    )
-    group.add_argument(
-        "--drafters",
-        nargs="+",
-        choices=DRAFTERS,
-        default=["head"],
-        help="who drafts the SpecDec rows with K > 0: the head's rows always run, and "
-        "verifier-int8 (the verifier's own 8-bit copy) adds each onnxruntime fp32 chain "
-        "row drafted by it",
-    )
-    group.add_argument(
-        "--backend",
-        dest="backends",
-        nargs="+",
-        choices=BACKENDS,
-        default=[DEFAULT_BACKEND],
-        help="who runs the SpecDec rows' model calls; several: every SpecDec row on "
-        "each, in the same interleaved run",
-    )
-    group.add_argument(
-        "--int8",
-        action="store_true",
-        help="also run the onnxruntime SpecDec rows with 8-bit weights",
-    )
-    group.add_argument(
-        "--fused-draft",
-        action="store_true",
-        help="also run the onnxruntime SpecDec rows with the draft head inside the "
-        "verify call (one runtime call per iteration)",
-    )
+    _add_grid_args(group)
     group.add_argument(
         "--ct2",
         action="store_true",
@@ -204,6 +140,38 @@ def _add_decoding_args(group) -> None:
         action="store_true",
         help="no SpecDec rows (for checkpoints without a draft head)",
     )
+
+
+def _grid_help(intro: str, name: str) -> str:
+    """A grid flag's help: what it runs, then what the decoding option does (its
+    declaration's help, :class:`~nmt_specdec.decoding.options.DecodingOptions`)."""
+    return f"{intro}. The option: {option_help(name)}"
+
+
+def _add_grid_args(group) -> None:
+    """The SpecDec rows: one per combination of these decoding options' values."""
+    add = group.add_argument
+    add("--grid-k", type=int, nargs="+", default=[], help=_grid_help(
+        "SpecDec draft block sizes (default: the model's); the engine's own greedy decoding "
+        "(K=0, the 'vs engine greedy' reference) is always run", "k"))
+    add("--grid-auto", action="store_true", help=_grid_help(
+        "also run --spec-k auto (up to the model's draft block size)", "k"))
+    add("--grid-beta", type=int, nargs="+", default=[1, 3, 5],
+        help=_grid_help("SpecDec top-beta widths (--spec-beta)", "beta"))
+    add("--grid-tau", type=float, nargs="+", default=[1.0, 3.0], help=_grid_help(
+        "SpecDec log-prob margins (--spec-tau; beta=1 rows run once, tau unused)", "tau"))
+    add("--grid-candidates", type=int, nargs="+", default=[1], help=_grid_help(
+        "drafts verified per slot for K > 0 (--spec-candidates)", "candidates"))
+    add("--drafters", nargs="+", choices=DRAFTERS, default=["head"], help=_grid_help(
+        "who drafts the SpecDec rows with K > 0 (--spec-drafter): the head's rows always "
+        "run, and verifier-int8 adds each onnxruntime fp32 chain row drafted by it", "drafter"))
+    add("--backend", dest="backends", nargs="+", choices=BACKENDS, default=[DEFAULT_BACKEND],
+        help=_grid_help("who runs the SpecDec rows' model calls; several: every SpecDec row "
+                        "on each, in the same interleaved run", "backend"))
+    add("--int8", action="store_true",
+        help=_grid_help("also run the onnxruntime SpecDec rows with --int8", "int8"))
+    add("--fused-draft", action="store_true", help=_grid_help(
+        "also run the onnxruntime SpecDec rows (K > 0) with --fused-draft", "fused_draft"))
 
 
 def _add_timing_args(group) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from nmt_specdec.decoding.backends import CPU_BACKEND, DEFAULT_BACKEND, check_backend
+from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.errors import UserError
 
 
@@ -115,31 +116,53 @@ class DecoderSpec:
         kind: ``stock`` (fairseq's SequenceGenerator), ``specdec`` or ``ct2``
             (CTranslate2 greedy on the converted verifier).
         beam: stock beam size (1 for SpecDec, which verifies greedily).
-        k: SpecDec draft block size K (0: the engine's greedy, no drafting; with
-            ``auto``, the largest K).
-        auto: K chosen per iteration (``--spec-k auto``).
-        beta: SpecDec top-beta width.
-        tau: SpecDec log-probability margin (0 when beta=1, where it has no effect).
-        backend: who runs SpecDec's model calls (``--backend``).
-        int8: 8-bit weights (SpecDec on onnxruntime; CTranslate2's int8).
-        fused_draft: drafts from the verify call (onnxruntime, K > 0).
-        candidates: drafts verified per slot (``--spec-candidates``; 1 = a chain).
-        drafter: who drafts (``--spec-drafter``).
+        decoding: what a SpecDec row decodes with (K=0: the engine's greedy, no
+            drafting; ``auto_k``: K chosen per iteration, up to ``k``); a ct2 row
+            reads ``int8`` from it; the defaults for stock rows.
         dtype: the model's precision (``float32``, ``float16``, ``bfloat16``).
     """
 
     kind: str
     beam: int = 1
-    k: Optional[int] = None
-    beta: Optional[int] = None
-    tau: Optional[float] = None
-    auto: bool = False
-    backend: str = "torch"
-    int8: bool = False
-    fused_draft: bool = False
-    candidates: int = 1
-    drafter: str = "head"
+    decoding: DecodingOptions = DecodingOptions()
     dtype: str = "float32"
+
+    # What the report reads of ``decoding``: k, beta and tau are None on other rows.
+    @property
+    def k(self) -> Optional[int]:
+        return self.decoding.k if self.kind == "specdec" else None
+
+    @property
+    def beta(self) -> Optional[int]:
+        return self.decoding.beta if self.kind == "specdec" else None
+
+    @property
+    def tau(self) -> Optional[float]:
+        return self.decoding.tau if self.kind == "specdec" else None
+
+    @property
+    def auto(self) -> bool:
+        return self.decoding.auto_k
+
+    @property
+    def backend(self) -> str:
+        return self.decoding.backend
+
+    @property
+    def int8(self) -> bool:
+        return self.decoding.int8
+
+    @property
+    def fused_draft(self) -> bool:
+        return self.decoding.fused_draft
+
+    @property
+    def candidates(self) -> int:
+        return self.decoding.candidates
+
+    @property
+    def drafter(self) -> str:
+        return self.decoding.drafter
 
     @property
     def name(self) -> str:
@@ -172,11 +195,6 @@ class DecoderSpec:
         return "engine greedy" if self.k == 0 else "specdec"
 
     @property
-    def spec_k(self) -> str:
-        """The value of ``--spec-k`` for this row."""
-        return "auto" if self.auto else str(self.k)
-
-    @property
     def is_baseline(self) -> bool:
         """Stock greedy search in fp32: the reference for speedups and agreement."""
         return self.kind == "stock" and self.beam == 1 and self.dtype == "float32"
@@ -185,8 +203,17 @@ class DecoderSpec:
 SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
+def specdec(**options) -> DecoderSpec:
+    """A SpecDec row decoding with ``options`` (fields of DecodingOptions)."""
+    return DecoderSpec("specdec", decoding=DecodingOptions(spec_decoding=True, **options))
+
+
+def _with(spec: DecoderSpec, **options) -> DecoderSpec:
+    return dataclasses.replace(spec, decoding=dataclasses.replace(spec.decoding, **options))
+
+
 BASELINE = DecoderSpec("stock", beam=1)
-ENGINE_GREEDY = DecoderSpec("specdec", k=0, beta=1, tau=0.0)
+ENGINE_GREEDY = specdec(k=0, backend="torch")
 
 
 def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
@@ -205,7 +232,7 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
         DecoderSpec("stock", beam=b) for b in sorted(set(cfg.beams)) if b != 1
     ]
     if cfg.ct2:
-        specs += [DecoderSpec("ct2", int8=False), DecoderSpec("ct2", int8=True)]
+        specs += [DecoderSpec("ct2"), DecoderSpec("ct2", decoding=DecodingOptions(int8=True))]
     if cfg.stock_only:
         return specs + _half_precision_specs(cfg, [])
     grid = _specdec_grid(cfg, default_k)
@@ -213,12 +240,12 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
         ort = backend == "onnxruntime"
         for int8 in (False, True) if cfg.int8 and ort else (False,):
             for fused in (False, True) if cfg.fused_draft and ort else (False,):
-                specs += [dataclasses.replace(spec, backend=backend, int8=int8, fused_draft=fused)
+                specs += [_with(spec, backend=backend, int8=int8, fused_draft=fused)
                           for spec in grid
                           # K=0 drafts nothing
                           if not (fused and spec.k == 0)]
                 if ort and not int8 and not fused and "verifier-int8" in cfg.drafters:
-                    specs += [dataclasses.replace(spec, backend=backend, drafter="verifier-int8")
+                    specs += [_with(spec, backend=backend, drafter="verifier-int8")
                               for spec in grid if spec.k and spec.candidates == 1]
     return specs + _half_precision_specs(cfg, grid)
 
@@ -247,15 +274,15 @@ def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec
         for candidates in cfg.grid_candidates if k > 0 else (1,):
             for beta in cfg.grid_beta if k > 0 else (1,):
                 for tau in (0.0,) if beta == 1 else cfg.grid_tau:
-                    spec = DecoderSpec("specdec", k=k, beta=beta, tau=float(tau),
-                                       candidates=candidates)
+                    spec = specdec(k=k, beta=beta, tau=float(tau), candidates=candidates,
+                                   backend="torch")
                     if spec not in specs:
                         specs.append(spec)
     if cfg.grid_auto:  # K up to the model's draft block size, chosen per iteration
         for beta in cfg.grid_beta:
             for tau in (0.0,) if beta == 1 else cfg.grid_tau:
-                specs.append(DecoderSpec("specdec", k=default_k, beta=beta, tau=float(tau),
-                                         auto=True))
+                specs.append(specdec(k=default_k, auto_k=True, beta=beta, tau=float(tau),
+                                     backend="torch"))
     return specs
 
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Iterator, Tuple
+from typing import Tuple
 
 import torch
 from fairseq.dataclass.configs import GenerationConfig
 from torch import nn
 
 from nmt_specdec import checkpoints
-from nmt_specdec.errors import UserError
+from nmt_specdec.decoding.build import build_decoder, fairseq_generator, resolve
 from nmt_specdec.evaluation.config import DecoderSpec, EvalConfig
 
 
@@ -52,62 +51,28 @@ def generation_config(cfg: EvalConfig, beam: int) -> GenerationConfig:
 
 
 def check_specdec_supported(task, model: nn.Module, specs) -> None:
-    """Refuses SpecDec rows for checkpoints that cannot run them (``specs``: the
-    grid; drafting with the head needs one, greedy and the 8-bit copy do not)."""
-    if not hasattr(task.cfg, "spec_decoding"):
-        name = getattr(task.cfg, "_name", type(task).__name__)
-        raise UserError(
-            f"SpecDec rows need a checkpoint trained with --task "
-            f"translation_specdec (this one: {name}); pass --stock-only to "
-            "time fairseq's generator alone"
-        )
-    needs_head = any(spec.kind == "specdec" and spec.k and spec.drafter == "head"
-                     for spec in specs)
-    if needs_head and not hasattr(model, "draft_head"):
-        raise UserError(
-            "SpecDec rows need a checkpoint with a draft head "
-            "(--arch specdec_transformer*); pass --drafters verifier-int8 to draft with "
-            "the verifier's 8-bit copy instead, or --stock-only to time fairseq's "
-            "generator alone"
-        )
+    """Refuses, before any row is built, the SpecDec rows that ``model`` cannot run
+    (:func:`~nmt_specdec.decoding.build.resolve` says why; ``task``: unused, the
+    engine decodes the model whatever its task)."""
+    for spec in specs:
+        if spec.kind == "specdec":
+            resolve(model, spec.decoding)
 
 
 def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
-    """``task.build_generator`` as fairseq-generate calls it, with the spec's options.
-
-    SpecDec options live on the task config (a plugin cannot extend fairseq's
-    GenerationConfig), so they are set there for the duration of the call. The
-    batch-invariant replay (``deterministic``) is switched off whatever the
-    checkpoint was saved with: the plain generators are what is measured.
-    """
+    """The row's generator through :func:`~nmt_specdec.decoding.build.build_decoder`,
+    as ``fairseq-generate`` would build it. The batch-invariant replay is off
+    (``DecoderSpec`` rows never set ``deterministic``): the plain generators are
+    what is measured."""
     if spec.kind == "ct2":
         from nmt_specdec.evaluation.ct2 import ct2_generator
 
         return ct2_generator(cfg, task, model, spec)
     gen = generation_config(cfg, spec.beam)
-    options: dict = {}
-    if hasattr(task.cfg, "spec_decoding"):
-        options = {"spec_decoding": spec.kind == "specdec", "deterministic": False}
-    if spec.kind == "specdec":
-        options.update(spec_k=spec.spec_k, spec_beta=spec.beta, spec_tau=spec.tau,
-                       backend=spec.backend, int8=spec.int8, fused_draft=spec.fused_draft,
-                       spec_candidates=spec.candidates, spec_drafter=spec.drafter)
-    with _task_options(task.cfg, options):
-        generator = task.build_generator([model], gen)
+    generator = build_decoder(model, task.target_dictionary, spec.decoding, gen,
+                              fairseq_generator(task, model, gen))
     generator.eval()
     return generator
-
-
-@contextmanager
-def _task_options(task_cfg, options: dict) -> Iterator[None]:
-    saved = {name: getattr(task_cfg, name) for name in options}
-    try:
-        for name, value in options.items():
-            setattr(task_cfg, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(task_cfg, name, value)
 
 
 def prepare_model(model: nn.Module, spec: DecoderSpec) -> None:

@@ -72,7 +72,7 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
 
     from nmt_specdec import checkpoints
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     torch.set_num_threads(threads)
     checkpoints.register_plugin()
@@ -90,7 +90,7 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     greedy = _decode_all(stock, model, dataset, count, batch_size)
     rows = []
     for k in [0] + [k for k in ks if k > 0]:
-        generator = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules)
+        generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules)
         tokens = _decode_all(generator, model, dataset, count, batch_size)
         stats = generator.stats
         lengths = [len(t) for t in greedy]  # fairseq's tokens end with EOS

@@ -104,6 +104,7 @@ def eval_config(cfg, model_dir: Path, raw_dir: Path):
 def translate_examples(model_dir: Path = MODEL_DIR) -> List[Dict]:
     """The example sentences through ``nmt-specdec-translate``'s code path (SpecDec)."""
     from nmt_specdec import checkpoints
+    from nmt_specdec.decoding.options import DecodingOptions
     from nmt_specdec.translate import TranslateConfig, load_translator, translate_lines
 
     # The task and model come with the plugin; the evaluation step registers it
@@ -112,7 +113,7 @@ def translate_examples(model_dir: Path = MODEL_DIR) -> List[Dict]:
     settings = model_settings(model_dir)
     cfg = TranslateConfig(checkpoint=str(model_dir / "model.pt"),
                           spm_model=str(model_dir / "spm.model"), data=str(model_dir),
-                          spec_decoding=True, spec_k=str(settings["k"]), cpu=True,
+                          decoding=DecodingOptions(spec_decoding=True, k=settings["k"]), cpu=True,
                           max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"])
     examples = examples_for(model_dir)
     outputs = translate_lines([source for source, _ in examples], load_translator(cfg),

@@ -420,14 +420,14 @@ def test_rows_that_accept_no_drafts_say_so() -> None:
     from types import SimpleNamespace
 
     from nmt_specdec.decoding.stats import SpecDecStats
-    from nmt_specdec.evaluation.config import DecoderSpec
+    from nmt_specdec.evaluation.config import specdec
     from nmt_specdec.evaluation.plot import plot_group
     from nmt_specdec.evaluation.report import row_name
 
     idle = SpecDecStats(iterations=10, tokens=10)
     busy = SpecDecStats(iterations=10, tokens=16)
-    k4 = SimpleNamespace(spec=DecoderSpec("specdec", k=4, beta=1, tau=0.0))
-    k0 = SimpleNamespace(spec=DecoderSpec("specdec", k=0, beta=1, tau=0.0))
+    k4 = SimpleNamespace(spec=specdec(k=4, backend="torch"))
+    k0 = SimpleNamespace(spec=specdec(k=0, backend="torch"))
     assert row_name(k4, idle) == "SpecDec K=4 β=1 (drafted nothing)"
     assert row_name(k4, busy) == "SpecDec K=4 β=1"
     assert row_name(k0, idle) == "engine greedy"  # K=0 drafts nothing by design

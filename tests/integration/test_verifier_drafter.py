@@ -118,7 +118,7 @@ def test_translate_takes_a_stock_checkpoint_under_the_specdec_task(toy_data_bin,
                   data=str(toy_data_bin))
     _, stock_task = _load_model(TranslateConfig(**common))
     assert not isinstance(stock_task, TranslationSpecDecTask)  # without --spec-decoding
-    cfg = TranslateConfig(**common, spec_decoding=True, spec_k="0")
+    cfg = TranslateConfig(**common, decoding=SpecDecOptions(spec_decoding=True, k=0))
     model, task = _load_model(cfg)
     assert isinstance(task, TranslationSpecDecTask)
     assert (task.cfg.source_lang, task.cfg.target_lang) == ("src", "tgt")

@@ -17,6 +17,7 @@ import pytest
 
 from nmt_specdec import checkpoints
 from nmt_specdec import translate as tr
+from nmt_specdec.decoding.options import DecodingOptions
 from tests.robustness.toy_models import (
     HOSTILE_INVALID_LINE,
     HOSTILE_LONG_LINE,
@@ -31,7 +32,7 @@ def _config(toy, **overrides) -> tr.TranslateConfig:
         checkpoint=str(toy.specdec),
         spm_model=str(toy.spm_model),
         data=str(toy.data),
-        spec_decoding=True,
+        decoding=DecodingOptions(spec_decoding=True),
         max_len_b=6,
         batch_size=4,
         cpu=True,
@@ -147,7 +148,7 @@ def test_stock_beam_search_on_hostile_input(
     cfg = _config(
         raw_text_toy,
         checkpoint=str(raw_text_toy.stock),
-        spec_decoding=False,
+        decoding=DecodingOptions(),
         beam=2,
         input=str(hostile_file),
         output=str(out),

@@ -1,0 +1,134 @@
+"""``build_decoder``: decoding options and a model in, a generator out.
+
+Every entry point gets its generator here: the fairseq task's
+``build_generator`` (``fairseq-generate``, ``-interactive``, the hub),
+``nmt-specdec-translate`` and ``nmt-specdec-evaluate``. So each rule about what
+can decode what is written once:
+
+- without ``--spec-decoding``: fairseq's own generator, which the caller builds
+  (beam search, sampling and the rest stay fairseq's; :func:`fairseq_generator`);
+- ``--spec-decoding``: :class:`SpecDecGenerator` on the chosen backend, with K
+  resolved against the model by :func:`resolve`, the one place that refuses a
+  checkpoint without a draft head;
+- ``--deterministic``: either of them wrapped in the fixed-shape replay of
+  :mod:`nmt_specdec.decoding.replay.determinism`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import Any, Callable, Optional
+
+from torch import nn
+
+from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.options import DecodingOptions, LengthRules
+from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
+from nmt_specdec.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# The largest K of --spec-k auto with --spec-drafter verifier-int8 (the fastest fixed K
+# on the gettext test sentences, README "Drafting with the verifier's 8-bit copy").
+VERIFIER_DRAFTER_K = 4
+
+NO_DRAFT_HEAD = (
+    "--spec-decoding needs a checkpoint with a draft head, and this one has none; train one "
+    "with --task translation_specdec --arch specdec_transformer_* (or add one to this model "
+    "with nmt-specdec-add-draft-head); --spec-drafter verifier-int8 drafts without one, "
+    "--spec-k 0 decodes greedily with the lean engine (nmt-specdec-evaluate: --drafters "
+    "verifier-int8, or --stock-only for fairseq's generator alone)"
+)
+
+
+def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generation_args,
+                  stock: Optional[Callable[[], Any]] = None) -> Any:
+    """The generator that decodes as ``options`` say.
+
+    Args:
+        model: one model (eval mode, on its device and in its precision).
+        tgt_dict: the target dictionary (special ids).
+        options: the decoding options.
+        generation_args: fairseq's GenerationConfig (``--beam``, ``--max-len-a``...).
+        stock: builds fairseq's own generator, called when not
+            ``options.spec_decoding``.
+
+    Raises:
+        UserError: what cannot decode this way, in one line.
+    """
+    if options.spec_decoding:
+        fast = _spec_generator(model, tgt_dict, options, generation_args)
+    else:
+        if options.int8 or options.fused_draft or options.backend == "onnxruntime":
+            logger.warning("--backend/--int8 apply to --spec-decoding (--spec-k 0: greedy); "
+                           "fairseq's own generator runs in torch")
+        if stock is None:
+            raise ValueError("build_decoder without --spec-decoding needs fairseq's generator")
+        fast = stock()
+    if not options.deterministic:
+        return fast
+    return _deterministic(model, tgt_dict, options, generation_args, fast)
+
+
+def fairseq_generator(task, model: nn.Module, generation_args) -> Callable[[], Any]:
+    """Builds fairseq's generator for ``task``: :class:`FairseqTask`'s own
+    ``build_generator``, not the plugin's, whose options come from the task config."""
+    from fairseq.tasks import FairseqTask
+
+    return functools.partial(FairseqTask.build_generator, task, [model], generation_args)
+
+
+def resolve(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
+    """``options`` as ``model`` decodes them: K a number. ``--spec-k auto`` (k None)
+    takes the model's draft block size as its upper bound (:data:`VERIFIER_DRAFTER_K`
+    for the 8-bit copy).
+
+    Raises:
+        UserError: the draft head must draft and the checkpoint has none, or K
+            reaches the model's target positions.
+    """
+    k, auto = options.k, options.auto_k
+    if k is None:
+        k, auto = _largest_k(model, options.drafter), True
+    if k is None or (k != 0 and options.drafter == "head" and not hasattr(model, "draft_head")):
+        raise UserError(NO_DRAFT_HEAD)
+    if k >= model.max_decoder_positions():
+        raise UserError(f"--spec-k {k} must be below the model's "
+                        f"{model.max_decoder_positions()} target positions")
+    return dataclasses.replace(options, k=k, auto_k=auto and k > 0)
+
+
+def _largest_k(model: nn.Module, drafter: str) -> Optional[int]:
+    """auto's upper bound: None for the head's drafts on a model without a head."""
+    if drafter == "verifier-int8":
+        return VERIFIER_DRAFTER_K
+    return model.draft_block_size if hasattr(model, "draft_head") else None
+
+
+def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
+                    args) -> SpecDecGenerator:
+    options = resolve(model, options)
+    if args.beam != 1:
+        logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
+                       "(use --spec-beta/--spec-tau to relax)", args.beam)
+    # beta > 1 reads every token within tau of the best: an 8-bit projection certifies
+    # that for few positions (22 in 100 calls redone at tau=2), so it takes the fp32 one.
+    exact = options.exact_scores or options.beta > 1
+    backend = make_backend(options.backend, model, tgt_dict, options.int8, options.fused_draft,
+                           exact)
+    return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
+                                                 backend=backend)
+
+
+def _deterministic(model: nn.Module, tgt_dict, options: DecodingOptions, args,
+                   fast) -> DeterministicGenerator:
+    # Only greedy is batch-invariant: a beam or sampling depends on the batch.
+    if not options.spec_decoding and (args.beam != 1 or args.sampling):
+        raise UserError("--deterministic replays greedy decoding: use --beam 1 without "
+                        "--sampling")
+    rules = LengthRules.from_generation_args(args, model, per_sentence=True)
+    replay = FixedShapeReplay(model, tgt_dict, rules, window=options.deterministic_window)
+    return DeterministicGenerator(fast, replay, tgt_dict)
