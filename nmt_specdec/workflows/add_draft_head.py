@@ -155,12 +155,13 @@ def read_verifier_config(path: Path, data: Path):
         model = task = state["args"]
     if model is None:
         raise RecipeError(f"{path} holds no model configuration (not a fairseq checkpoint)")
-    args = model if isinstance(model, argparse.Namespace) else argparse.Namespace(**model)
-    task = task if isinstance(task, argparse.Namespace) else argparse.Namespace(**(task or {}))
-    arch = str(getattr(args, "arch", ""))
+    # What the checkpoint saved, as dicts: an option it lacks is simply absent.
+    model = vars(model) if isinstance(model, argparse.Namespace) else dict(model)
+    task = vars(task) if isinstance(task, argparse.Namespace) else dict(task or {})
+    arch = str(model.get("arch") or "")
     if "transformer" not in arch or arch.startswith("specdec"):
         raise RecipeError(f"{path} is not a stock fairseq transformer (arch {arch or '?'})")
-    src, tgt = getattr(task, "source_lang", None), getattr(task, "target_lang", None)
+    src, tgt = task.get("source_lang"), task.get("target_lang")
     if not (src and tgt):
         from fairseq.data import data_utils
 
@@ -168,7 +169,7 @@ def read_verifier_config(path: Path, data: Path):
     if not (src and tgt):
         raise RecipeError(f"{path} names no source/target language and {data} has no "
                           "train.SRC-TGT.* files to infer them from")
-    return args, src, tgt
+    return argparse.Namespace(**model), src, tgt
 
 
 def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
