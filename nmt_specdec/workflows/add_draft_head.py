@@ -294,8 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stock fairseq transformer checkpoint (the verifier)")
     p.add_argument("--data", type=Path, required=True, help="its binarized data directory")
     p.add_argument("--out", type=Path, required=True, help="working/output directory")
-    for name in ("k", "layers", "vocab_size", "refine_layers", "refine_steps", "cuts", "beam", "max_tokens", "threads",
-                 "valid_sentences"):
+    for name in ("k", "layers", "vocab_size", "refine_layers", "refine_steps", "cuts", "beam",
+                 "max_tokens", "threads", "valid_sentences"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
     p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
                    help="wall-clock limit of the training step")

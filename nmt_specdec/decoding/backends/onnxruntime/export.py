@@ -28,10 +28,10 @@ import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, NamedTuple, Optional
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.onnxruntime.graphs import (
     DraftGraph,
@@ -94,6 +94,29 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
+             int8_draft: bool, certified: bool):
+    """``(directory name, identity)`` of a set of graphs: the manifest must match
+    ``identity`` for cached graphs to be used."""
+    import onnxruntime
+
+    digest = weights_sha256(model)
+    refine_steps, shortlist = _refine(model)
+    variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
+               + ("-certified" if certified else "")
+               + ("-int8draft" if int8_draft else "")
+               + (f"-refine{refine_steps}x{shortlist}" if refine_steps else ""))
+    # onnxruntime's version: its quantizer writes the int8 graphs.
+    identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
+                "onnxruntime": onnxruntime.__version__, "fused": fused,
+                "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
+                "certified": certified, "pad": pad, "eos": eos,
+                "draft_head": hasattr(model, "draft_head"),
+                # Unrolled into the draft graph, and not a weight.
+                "refine": [refine_steps, shortlist]}
+    return variant, identity
+
+
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
               root: Optional[Path] = None, fused: bool = False,
               int8_draft: bool = False, certified: bool = False) -> Path:
@@ -103,25 +126,10 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`;
     ``certified``: the fp32 verifier's output projection in 8 bits with its
     decisions certified, see :mod:`.projection`)."""
-    import onnxruntime
-
-    digest = weights_sha256(model)
     int8_draft = int8_draft and not int8
     certified = certified and not int8
-    refine_steps, shortlist = _refine(model)
-    variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
-               + ("-certified" if certified else "")
-               + ("-int8draft" if int8_draft else "")
-               + (f"-refine{refine_steps}x{shortlist}" if refine_steps else ""))
-    directory = (root or cache_root()) / digest / variant
-    # onnxruntime's version: its quantizer writes the int8 graphs.
-    identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
-                "onnxruntime": onnxruntime.__version__, "fused": fused,
-                "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
-                "certified": certified, "pad": pad, "eos": eos,
-                "draft_head": hasattr(model, "draft_head"),
-                # Unrolled into the draft graph, and not a weight.
-                "refine": list(_refine(model))}
+    variant, identity = _variant(model, pad, eos, int8, fused, int8_draft, certified)
+    directory = (root or cache_root()) / identity["weights_sha256"] / variant
     if _is_valid(directory, identity):
         return directory
     if directory.exists():
@@ -200,6 +208,45 @@ def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
 def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified: bool) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
+    memory = _export_encoder(model, verifier, head, pad, out)
+    heads, head_dim = verifier.heads, verifier.dim // verifier.heads
+    past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * len(verifier.layers))]
+    _export_verify(verifier, certified, memory, past, out)
+    if head is None:
+        return [ENCODER, VERIFY]
+    _export_draft(verifier, head, memory, out)
+    if not fused:
+        return [ENCODER, VERIFY, DRAFT]
+    _export_fused(verifier, head, memory, past, out)
+    return [ENCODER, VERIFY, DRAFT, FUSED]
+
+
+class _Memory(NamedTuple):
+    """What the example encoder call gave: the inputs of the other graphs' examples."""
+
+    mask: Tensor
+    cross: List[Tensor]  # the verifier's encoder keys and values, per layer
+    draft_cross: List[Tensor]  # the draft head's
+
+
+_BATCH, _SOURCE = {0: "batch"}, {0: "batch", 2: "source"}
+_MEMORY_MASK = {"memory_mask": {0: "batch", 3: "source"}}
+_VERIFY_OUTPUTS = {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
+                   "hidden": {0: "batch", 1: "new"},
+                   "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"}}
+
+
+def _verify_inputs(layers: int, extra: Optional[Dict] = None) -> Dict:
+    """Dynamic axes of a verify graph's inputs, in their order (the exporter names
+    the example arguments positionally): the fused graph's ``extra`` inputs come
+    before the caches."""
+    return {"tokens": {0: "batch", 1: "new"}, "start": _BATCH, **_MEMORY_MASK,
+            "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"}, **(extra or {}),
+            **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
+            **{n: _SOURCE for n in kv_names("cross", layers)}}
+
+
+def _export_encoder(model: nn.Module, verifier, head, pad: int, out: Path) -> _Memory:
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
     # Two source rows, one left-padded: fairseq's encoder then takes its padding
     # branch, which is also right for unpadded batches.
@@ -210,66 +257,52 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified
     with torch.no_grad():
         memory = encoder(src, torch.tensor([4, 3]))
     cross_names = kv_names("cross", layers) + kv_names("draft", draft_layers)
-    batch, source = {0: "batch"}, {0: "batch", 2: "source"}
-    encoder_inputs = {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": batch}
-    encoder_outputs = {"memory_mask": {0: "batch", 3: "source"},
-                       **{n: source for n in cross_names}}
-    _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER, encoder_inputs,
-            encoder_outputs)
-    mask, cross, draft_cross = memory[0], memory[1: 1 + 2 * layers], memory[1 + 2 * layers:]
-    heads, head_dim = verifier.heads, verifier.dim // verifier.heads
-    past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * layers)]
-    common = {"memory_mask": {0: "batch", 3: "source"}}
+    _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER,
+            {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": _BATCH},
+            {**_MEMORY_MASK, **{n: _SOURCE for n in cross_names}})
+    return _Memory(memory[0], list(memory[1: 1 + 2 * layers]), list(memory[1 + 2 * layers:]))
+
+
+def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor],
+                   out: Path) -> None:
     chain = torch.arange(3)
     _export(VerifyGraph(verifier, certified).eval(),
-            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), mask, chain,
-             chain.view(-1, 1) >= chain.view(1, -1), *past, *cross),
-            out / VERIFY,
-            {"tokens": {0: "batch", 1: "new"}, "start": batch, **common,
-             "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"},
-             **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
-             **{n: source for n in kv_names("cross", layers)}},
-            {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
-             "hidden": {0: "batch", 1: "new"},
-             "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"},
-             **({"bound": {0: "batch", 1: "new"}} if certified else {})})
-    if head is None:
-        return [ENCODER, VERIFY]
+            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), memory.mask, chain,
+             chain.view(-1, 1) >= chain.view(1, -1), *past, *memory.cross),
+            out / VERIFY, _verify_inputs(len(verifier.layers)),
+            {**_VERIFY_OUTPUTS, **({"bound": {0: "batch", 1: "new"}} if certified else {})})
+
+
+def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:
     _export(DraftGraph(head).eval(),
             (torch.randn(2, verifier.dim), torch.tensor([5, 6]),
-             torch.tensor([[3, 4, 5], [0, 1, 2]]), mask, torch.arange(2), *draft_cross),
+             torch.tensor([[3, 4, 5], [0, 1, 2]]), memory.mask, torch.arange(2),
+             *memory.draft_cross),
             out / DRAFT,
-            {"states": batch, "last_tokens": batch,
-             "block_positions": {0: "batch", 1: "block"}, **common,
+            {"states": _BATCH, "last_tokens": _BATCH,
+             "block_positions": {0: "batch", 1: "block"}, **_MEMORY_MASK,
              "candidate_slots": {0: "candidates"},
-             **{n: source for n in kv_names("draft", draft_layers)}},
+             **{n: _SOURCE for n in kv_names("draft", len(head.layers))}},
             {"drafts": {0: "batch", 1: "candidates", 2: "slots"}})
-    if not fused:
-        return [ENCODER, VERIFY, DRAFT]
-    from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
 
-    # A chain of K=2 drafts with one leaf per slot (C=2): N = 5 inputs.
+
+def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path) -> None:
+    from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
     from nmt_specdec.decoding.draft_tree import parent_list, tree_layout
 
+    # A chain of K=2 drafts with one leaf per slot (C=2): N = 5 inputs.
     layout = tree_layout(2, 2)
     _export(FusedVerifyGraph(verifier, head).eval(),
-            (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), torch.tensor([2, 4]), mask,
-             layout.offsets, layout.ancestors, torch.tensor(parent_list(2, 2)),
-             torch.arange(3), torch.arange(2), *past, *cross, *draft_cross),
+            (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), torch.tensor([2, 4]),
+             memory.mask, layout.offsets, layout.ancestors, torch.tensor(parent_list(2, 2)),
+             torch.arange(3), torch.arange(2), *past, *memory.cross, *memory.draft_cross),
             out / FUSED,
-            {"tokens": {0: "batch", 1: "new"}, "start": batch, **common,
-             "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"},
-             "parents": {0: "nodes"}, "slot_offsets": {0: "block"},
-             "candidate_slots": {0: "candidates"},
-             **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
-             **{n: source for n in kv_names("cross", layers)},
-             **{n: source for n in kv_names("draft", draft_layers)}},
-            {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
-             "hidden": {0: "batch", 1: "new"},
-             "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"},
-             "drafts": {0: "batch", 1: "candidates", 2: "draft_slots"},
+            {**_verify_inputs(len(verifier.layers), {
+                "parents": {0: "nodes"}, "slot_offsets": {0: "block"},
+                "candidate_slots": {0: "candidates"}}),
+             **{n: _SOURCE for n in kv_names("draft", len(head.layers))}},
+            {**_VERIFY_OUTPUTS, "drafts": {0: "batch", 1: "candidates", 2: "draft_slots"},
              "decision": {0: "batch"}})
-    return [ENCODER, VERIFY, DRAFT, FUSED]
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: Dict, outputs: Dict) -> None:
