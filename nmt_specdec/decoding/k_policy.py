@@ -22,7 +22,8 @@ or large batches on a compute-bound CPU.
   leaves the best K as it was doubles the wait for the next (up to
   ``max_retry_every``); one that changes it starts again from ``retry_every``.
   A fixed retry every 40 iterations cost int8 auto ~2.5% of its iterations at
-  a K twice as slow as greedy.
+  a K twice as slow as greedy; at the cap a retry costs < 0.2%, and only
+  drafting batches and sentences retry.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
   decided per batch, from the tokens per second that whole batches committed
   with and without drafting. A per-iteration cost model misses what drafting
@@ -30,6 +31,17 @@ or large batches on a compute-bound CPU.
   every later pass (K=0 too) pays for per-row cache writes and masks. At batch
   32 on a 2-core CPU that made the per-iteration policy 0.71x greedy although
   it measured each K's iterations correctly.
+- One row (:class:`SentenceArms`): whether to draft is decided per sentence.
+  Drafting sentences choose K per iteration as above; once every K is measured
+  and K=0 is the best, sentences decode as greedy batches, with rarer and rarer
+  re-checks. A sentence that may draft costs more than its iterations: the draft
+  head's encoder keys/values, a cache wider by K slots (a graph backend attends
+  over them, masked) and the choice itself: with all of them paid on every
+  sentence, auto ran 0.91x greedy at batch 1 on ONNX Runtime while drafting
+  nothing.
+- A greedy batch or sentence costs the policy nothing per iteration: ``choose``
+  returns 0 and ``observe`` returns, reading one flag each, and the loop reads
+  no accepted counts back (``wants_counts``).
 
 Shapes: B active rows.
 """
@@ -75,35 +87,99 @@ class BatchArms:
     per second on earlier batches of the same size bucket.
 
     A bucket's first batch decodes greedily (the safe arm), its second drafts;
-    from then on the faster arm runs, and the other is tried again every
-    ``retry_every`` batches of that bucket (costs and acceptance drift with
-    sentence length). Exploring costs one batch of the slower arm per
-    ``retry_every``, so a run of 16 batches where drafting loses 30% loses ~2%.
+    from then on the faster arm runs, and the other runs again (a re-check:
+    costs and acceptance drift with sentence length) after ``retry_every``
+    batches of that bucket. A re-check that leaves the winner standing doubles
+    the wait, one that changes it starts again from ``retry_every``: re-checks
+    come at batches 34, 99, 228, 485, ..., so where drafting loses 30% they cost
+    < 1% from the 100th batch on (a fixed re-check every 32 batches cost ~1.3%
+    for ever). The exploring batch stays: a run of 16 batches where drafting
+    loses 30% loses ~2.5% to it.
 
     Args:
-        retry_every: batches of a bucket between two tries of the losing arm.
+        retry_every: batches of a bucket before the first re-check.
         smoothing: weight of a new batch in an arm's moving average.
     """
 
     def __init__(self, retry_every: int = 32, smoothing: float = 0.3):
         self.rate: Dict[Tuple[int, bool], float] = {}  # (bucket, drafts) -> tokens/s
         self.batches: Dict[int, int] = {}
+        self.due: Dict[int, Tuple[int, int]] = {}  # bucket -> (wait, batch of the re-check)
         self.retry_every, self.smoothing = retry_every, smoothing
+
+    def winner(self, bucket: int) -> Optional[bool]:
+        """Whether drafting committed more tokens per second; None until both ran."""
+        greedy, drafting = self.rate.get((bucket, False)), self.rate.get((bucket, True))
+        return None if greedy is None or drafting is None else drafting > greedy
 
     def drafts(self, bucket: int) -> bool:
         """Whether the next batch of this bucket drafts."""
-        seen = self.batches.get(bucket, 0)
-        greedy, drafting = self.rate.get((bucket, False)), self.rate.get((bucket, True))
-        if greedy is None or drafting is None:
-            return greedy is not None  # greedy first, then one drafting batch
-        best = drafting > greedy
-        return (not best) if seen % self.retry_every == 0 else best
+        best = self.winner(bucket)
+        if best is None:
+            return (bucket, False) in self.rate  # greedy first, then one drafting batch
+        return (not best) if self.batches[bucket] >= self.due[bucket][1] else best
 
     def record(self, bucket: int, drafted: bool, tokens: int, seconds: float) -> None:
-        self.batches[bucket] = self.batches.get(bucket, 0) + 1
+        before = self.winner(bucket)
+        seen = self.batches[bucket] = self.batches.get(bucket, 0) + 1
         key = (bucket, drafted)
         self.rate[key] = moving_average(self.rate.get(key), tokens / max(seconds, 1e-9),
                                         self.smoothing)
+        after = self.winner(bucket)
+        if after is None:
+            return
+        if before is None or after != before:  # the winner is new: look again soon
+            wait = self.retry_every
+        elif drafted != before:  # a re-check that confirmed the winner
+            wait = 2 * self.due[bucket][0]
+        else:
+            return
+        self.due[bucket] = (wait, seen + wait)
+
+
+class SentenceArms:
+    """Draft or not, per sentence of a batch of one.
+
+    Sentences draft (K chosen per iteration) until the per-iteration estimates
+    say K=0 is the best K; from then on they decode greedily, but for one
+    re-check sentence after ``first_wait`` sentences. A re-check that finds K=0
+    still the best doubles the wait, without a cap; one that finds drafting
+    better goes back to drafting sentences. With 16 the re-checks come 16, 32,
+    64, ... greedy sentences apart: 4 in 500 sentences, 8 in 5000, each costing
+    a sentence at a losing K (at 0.76x greedy, K=1..3 at batch 1 on ONNX Runtime
+    on a 2-core CPU: ~0.3% of 500 sentences, < 0.1% of 5000).
+
+    Args:
+        first_wait: greedy sentences before the first re-check.
+    """
+
+    def __init__(self, first_wait: int = 16):
+        self.first_wait = first_wait
+        self.sentences = 0
+        self.wait = first_wait
+        self.due: Optional[int] = None  # sentence of the next re-check; None: drafting
+
+    def drafts(self) -> bool:
+        """Whether the next sentence may draft."""
+        return self.due is None or self.sentences >= self.due
+
+    @property
+    def rechecking(self) -> bool:
+        """Whether a sentence that drafts now is a re-check of a greedy verdict."""
+        return self.due is not None
+
+    def record(self, drafted: bool, greedy_wins: Optional[bool]) -> None:
+        """A sentence ended; ``greedy_wins``: the verdict of a drafting sentence's
+        estimates (None: some K not measured yet, or a greedy sentence)."""
+        self.sentences += 1
+        if not drafted or greedy_wins is None:
+            return
+        if not greedy_wins:
+            self.due, self.wait = None, self.first_wait
+            return
+        if self.due is not None:  # a re-check that confirmed greedy
+            self.wait *= 2
+        self.due = self.sentences + self.wait
 
 
 class AcceptanceEstimate:
@@ -201,18 +277,23 @@ class AutoK(KPolicy):
     Args:
         max_k: the largest K (the draft head's block size).
         cost: seconds per iteration for (K, batch); default: measured online.
+        retry_every, max_retry_every: iterations of a bucket between retries of
+            another K than the best, at first and at most.
     """
 
     wants_counts = True
 
     def __init__(self, max_k: int, cost: Optional[CostFn] = None, retry_every: int = 40,
                  max_retry_every: int = 640):
+        self.max_k = max_k
         self.acceptance = AcceptanceEstimate(max_k)
         self.table = CostTable() if cost is None else None
         self.cost: CostFn = cost if cost is not None else self.table
         self.batch = 1
         self.arms = BatchArms()
-        self.may_draft = True  # this batch's arm (a single row always may)
+        self.sentences = SentenceArms()
+        self.may_draft = True  # this batch's arm
+        self.recheck = False  # this sentence re-checks a greedy verdict: it drafts
         self.batch_bucket = 1
         self.retry_every, self.max_retry_every = retry_every, max_retry_every
         self.turns: Dict[int, int] = {}  # bucket -> iterations chosen
@@ -221,31 +302,55 @@ class AutoK(KPolicy):
 
     def start_batch(self, rows: int) -> None:
         self.batch_bucket = CostTable.bucket(rows)
-        self.may_draft = rows == 1 or self.arms.drafts(self.batch_bucket)
+        if rows == 1:
+            self.may_draft = self.sentences.drafts()
+            self.recheck = self.may_draft and self.sentences.rechecking
+        else:
+            self.may_draft, self.recheck = self.arms.drafts(self.batch_bucket), False
         self.wants_counts = self.may_draft  # a greedy batch has nothing to learn per turn
 
     def end_batch(self, tokens: int, seconds: float) -> None:
         if self.batch_bucket > 1:
             self.arms.record(self.batch_bucket, self.may_draft, tokens, seconds)
+        else:
+            self.sentences.record(self.may_draft,
+                                  self.greedy_wins() if self.may_draft else None)
+
+    def greedy_wins(self) -> Optional[bool]:
+        """Whether K=0 is the best K of one row; None until every K is measured."""
+        costs = self._costs(self.max_k, 1, 1)
+        return None if None in costs else self._best(costs, 0) == 0
 
     def choose(self, limit: int, batch: int) -> int:
-        self.batch = batch
         if not self.may_draft:
             return 0
+        self.batch = batch
         bucket = CostTable.bucket(batch)
         turn = self.turns[bucket] = self.turns.get(bucket, 0) + 1
-        costs = (self.table.estimates(limit, bucket) if self.table is not None
-                 else [self.cost(k, batch) for k in range(limit + 1)])
+        costs = self._costs(limit, bucket, batch)
         if None in costs:
             k = costs.index(None)  # measured seconds beat a guess: run it (again)
+        elif self.recheck:  # what drafting buys now, at the K that would draft
+            k = self._best(costs, min(1, limit))
         else:
-            tokens = self.acceptance.expected_tokens()
-            k = max(range(limit + 1), key=lambda k: (tokens[k] / costs[k], -k))
+            k = self._best(costs, 0)
             if limit > 0 and self._retry_now(bucket, k, turn):
                 k = min((kk for kk in range(limit + 1) if kk != k),
                         key=lambda kk: self.last_run.get((kk, bucket), -1))
         self.last_run[(k, bucket)] = turn
         return k
+
+    def _costs(self, limit: int, bucket: int, batch: int) -> List[Optional[float]]:
+        """Seconds per iteration for K = 0..limit (None: not measured yet)."""
+        if self.table is not None:
+            return self.table.estimates(limit, bucket)
+        return [self.cost(k, batch) for k in range(limit + 1)]
+
+    def _best(self, costs: List[Optional[float]], smallest: int) -> int:
+        """The K in ``smallest..len(costs)-1`` that commits the most tokens per second
+        (the smaller K on a tie)."""
+        tokens = self.acceptance.expected_tokens()
+        return max(range(smallest, len(costs)), key=lambda k: (tokens[k] / costs[k], -k))
 
     def _retry_now(self, bucket: int, best: int, turn: int) -> bool:
         """Whether this iteration of ``bucket`` retries another K than ``best``."""
@@ -261,6 +366,8 @@ class AutoK(KPolicy):
         return retry
 
     def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
+        if not self.may_draft:
+            return
         self.acceptance.observe(num_accepted, k)
         if self.table is not None:
             self.table.record(k, self.batch, seconds)

@@ -137,18 +137,22 @@ class SpecDecGenerator(nn.Module):
         net_input = sample["net_input"]
         encoder_out = self.backend.encode(net_input)
         max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad)
+        # --spec-k auto compares batches that draft with batches that do not: the
+        # drafter's per-batch state is part of what drafting costs.
+        started = time.perf_counter()
         self.k_policy.start_batch(max_len.numel())
         if self.k_policy.may_draft:  # a greedy batch of --spec-k auto reads no draft state
             self.drafter.start_batch(sample, encoder_out)
         bos = self.eos if bos_token is None else bos_token
-        finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos)
+        finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos, started)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
-    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor,
-               bos: int) -> List[tuple]:
+    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int,
+               started: Optional[float] = None) -> List[tuple]:
         """Runs the loop (after ``k_policy.start_batch``); returns (tokens, scores,
-        iterations) per input row."""
-        started = time.perf_counter()
+        iterations) per input row. ``started``: when the batch's timing for the K
+        policy began (default: now)."""
+        started = time.perf_counter() if started is None else started
         parts = LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
                           verifier)
         batch = start_batch(parts, encoder_out, max_len, bos)

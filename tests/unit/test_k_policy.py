@@ -86,8 +86,9 @@ def drive(policy: AutoK, seconds, accept, turns: int) -> list[int]:
 
 def test_auto_k_measures_every_k_instead_of_extrapolating_from_a_slow_start():
     # A quarter of the iterations accept nothing, the rest every draft; an
-    # iteration costs 1 + 0.15 K, so K=4 wins (4 tokens in 1.6). K=1's first iterations ran slow (a noisy neighbour): a line drawn
-    # from them priced every drafting K out and auto decoded greedily for good.
+    # iteration costs 1 + 0.15 K, so K=4 wins (4 tokens in 1.6). K=1's first
+    # iterations ran slow (a noisy neighbour): a line drawn from them priced
+    # every drafting K out and auto decoded greedily for good.
     def seconds(k, turn):
         return 5.0 if k == 1 and turn < 12 else 1.0 + 0.15 * k
     pattern = [4, 4, 4, 0]  # accepted drafts, cycling
@@ -134,14 +135,34 @@ def test_batch_arms_try_greedy_then_drafting_then_keep_the_faster():
     arms = BatchArms(retry_every=4)
     tokens_per_second = {False: 100.0, True: 70.0}  # drafting loses, as at batch 32 on a CPU
     tried = []
-    for _ in range(12):
+    for _ in range(300):
         drafts = arms.drafts(32)
         tried.append(drafts)
         arms.record(32, drafts, tokens=int(tokens_per_second[drafts]), seconds=1.0)
-    # Greedy, one drafting batch, then greedy but for a retry every 4 batches of the bucket.
+    # Greedy, one drafting batch, then greedy but for re-checks of drafting, each
+    # that confirms greedy doubling the wait: 4 batches after the second, then 8, 16 ...
     assert tried[:2] == [False, True]
-    assert tried[2:] == [False, False, True, False, False, False, True, False, False, False]
+    rechecks = [i for i, drafts in enumerate(tried) if drafts][1:]
+    assert rechecks == [6, 15, 32, 65, 130, 259]
     assert not arms.drafts(8)  # another bucket starts again from greedy
+
+
+def test_batch_arms_look_again_soon_when_a_recheck_changes_the_winner():
+    from nmt_specdec.decoding.k_policy import BatchArms
+
+    arms = BatchArms(retry_every=4, smoothing=1.0)  # an arm's rate: its last batch
+    rate = {False: 100.0, True: 70.0}
+    tried = []
+    for batch in range(60):
+        if batch == 20:  # drafting becomes the faster arm (longer sentences, say)
+            rate[True] = 150.0
+        drafts = arms.drafts(32)
+        tried.append(drafts)
+        arms.record(32, drafts, tokens=int(rate[drafts]), seconds=1.0)
+    # The re-check at batch 32 finds drafting faster; from then on drafting runs,
+    # with greedy re-checked 4 batches later, then 8, then 16.
+    assert tried[21:32] == [False] * 11 and tried[32:37] == [True] * 5
+    assert [i for i, drafts in enumerate(tried) if i > 32 and not drafts] == [37, 46]
 
 
 def test_batch_arms_keep_drafting_where_it_wins():
@@ -177,3 +198,100 @@ def test_retries_back_off_while_the_best_k_stands():
     retries = [turn for turn, k in enumerate(chosen) if k != 0]
     assert 4 <= len(retries) <= 8
     assert retries[1] - retries[0] < retries[-1] - retries[-2]
+
+
+def run_sentences(policy: AutoK, seconds, accept, sentences: int, turns: int = 10):
+    """Batch 1, sentence by sentence: ``turns`` iterations each, ``seconds(k)`` and
+    ``accept(k)`` drafts committed per iteration. Returns per sentence whether it
+    drafted and the K chosen per turn."""
+    log = []
+    for _ in range(sentences):
+        policy.start_batch(1)
+        chosen = []
+        for _ in range(turns):
+            k = policy.choose(4, 1)
+            policy.observe([accept(k)] if policy.wants_counts else [], k, seconds(k))
+            chosen.append(k)
+        policy.end_batch(tokens=turns, seconds=sum(map(seconds, chosen)))
+        log.append((policy.may_draft, chosen))
+    return log
+
+
+def test_one_row_settles_greedy_and_rechecks_ever_more_rarely():
+    # Drafting never pays: each drafted token costs a whole step and none is accepted.
+    policy = AutoK(4, cost=lambda k, batch: 1.0 + k)
+    log = run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 5000)
+    drafting = [i for i, (drafts, _) in enumerate(log) if drafts]
+    # The first sentence measures (the injected costs are known at once) and finds
+    # K=0 best; after 16 greedy sentences a re-check, then 32, 64, ... (no cap).
+    assert drafting == [0, 17, 50, 115, 244, 501, 1014, 2039, 4088]
+    assert len(drafting[1:]) <= 12
+    assert all(not any(chosen) for drafts, chosen in log if not drafts)  # greedy is K=0
+    # A re-check drafts all the way (K=1 is the drafting K that would pay best).
+    assert all(chosen == [1] * 10 for _, chosen in (log[i] for i in drafting[1:]))
+
+
+def test_one_row_settles_greedy_from_measured_costs():
+    # The cost table: every K is measured (four iterations each) before a verdict.
+    policy = AutoK(4)
+    log = run_sentences(policy, lambda k: 1.0 + 0.5 * k, lambda k: 0, 2000)
+    drafting = [i for i, (drafts, _) in enumerate(log) if drafts]
+    # 20 iterations of measuring: two sentences; then re-checks after 16, 32, ...
+    assert drafting == [0, 1, 18, 51, 116, 245, 502, 1015]
+    assert sum(chosen.count(0) for _, chosen in log) >= 0.99 * 2000 * 10
+
+
+def test_one_row_keeps_drafting_where_drafting_pays():
+    # Every draft accepted, a drafted token a fifth of a step: K=4 commits 5 in 1.8.
+    policy = AutoK(4)
+    log = run_sentences(policy, lambda k: 1.0 + 0.2 * k, lambda k: k, 500)
+    assert all(drafts for drafts, _ in log)
+    assert sum(chosen.count(4) for _, chosen in log[-100:]) >= 0.95 * 100 * 10
+
+
+def test_one_row_goes_back_to_drafting_when_a_recheck_finds_it_pays():
+    # The drafter is perfect throughout; drafting is too slow to pay until sentence
+    # 100, then cheap (a faster drafter, say): the next re-check (at 115) sees it.
+    cost = {"per_draft": 2.0}
+    policy = AutoK(4, cost=lambda k, batch: 1.0 + cost["per_draft"] * k)
+    first = run_sentences(policy, lambda k: 1.0 + cost["per_draft"] * k, lambda k: k, 100)
+    assert [i for i, (drafts, _) in enumerate(first) if drafts] == [0, 17, 50]
+    cost["per_draft"] = 0.2
+    then = run_sentences(policy, lambda k: 1.0 + 0.2 * k, lambda k: k, 100)
+    assert [drafts for drafts, _ in then[:15]] == [False] * 15
+    assert all(drafts for drafts, _ in then[15:])
+
+
+class _Counting:
+    """An injected cost that counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, k, batch):
+        self.calls += 1
+        return 1.0 + k
+
+
+def test_a_greedy_sentence_costs_the_policy_nothing_per_iteration():
+    cost = _Counting()
+    policy = AutoK(4, cost=cost)
+    run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 3)  # settled on greedy
+    policy.start_batch(1)
+    assert not policy.may_draft and not policy.wants_counts  # sized as greedy, no counts read
+    calls, reached = cost.calls, list(policy.acceptance.reached)
+    for _ in range(50):
+        assert policy.choose(4, 1) == 0
+        policy.observe([], 0, 1.0)
+    assert cost.calls == calls  # no estimates computed
+    assert policy.acceptance.reached == reached  # nothing learned, not even forgetting
+    policy.end_batch(tokens=50, seconds=50.0)
+
+
+def test_a_greedy_sentence_records_no_iteration_cost():
+    policy = AutoK(4)
+    run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 3)
+    recent = {key: list(times) for key, times in policy.table.recent.items()}
+    turns = dict(policy.turns)
+    run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 5)  # all greedy
+    assert policy.table.recent == recent and policy.turns == turns

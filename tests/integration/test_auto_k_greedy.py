@@ -1,0 +1,54 @@
+"""``--spec-k auto`` where drafting does not pay: its greedy sentences and batches
+run the engine's greedy path (no draft state, a greedy-sized cache, no accepted
+counts), and their output is greedy's."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from nmt_specdec.decoding.k_policy import AutoK
+from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.options import SpecDecOptions
+from tests.helpers.specdec_toy import random_specdec_model, source_batch
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    task, model = random_specdec_model(tmp_path_factory.mktemp("auto_k_greedy"))
+    return model, task.target_dictionary
+
+
+def _generator(model, dictionary, k: int, auto: bool) -> SpecDecGenerator:
+    args = argparse.Namespace(beam=1, max_len_a=0.0, max_len_b=12, min_len=1, lenpen=1.0,
+                              unkpen=0.0)
+    return SpecDecGenerator.from_generation_args(
+        model, dictionary, SpecDecOptions(k=k, auto_k=auto), args)
+
+
+@pytest.mark.parametrize("single_row", [True, False], ids=["single_row", "batched_loop"])
+def test_greedy_sentences_take_the_greedy_path(toy, single_row):
+    model, dictionary = toy
+    greedy = _generator(model, dictionary, 0, False)
+    auto = _generator(model, dictionary, 4, True)
+    # Each drafted token costs a whole step: K=0 wins once the first sentence measured.
+    auto.k_policy = AutoK(4, cost=lambda k, batch: 1.0 + k)
+    auto.single_row = greedy.single_row = single_row
+    drafter_calls, observed = [], []
+    start = auto.drafter.start_batch
+    auto.drafter.start_batch = lambda *args: drafter_calls.append(1) or start(*args)
+    observe = auto.k_policy.observe
+    auto.k_policy.observe = lambda counts, k, s: observed.append(counts) or observe(counts, k, s)
+    for sentence in range(8):
+        sample = source_batch(dictionary, [4 + sentence % 5], seed=sentence)
+        drafter_calls.clear(), observed.clear()
+        ours = auto.generate([model], sample)[0][0]["tokens"].tolist()
+        assert ours == greedy.generate([model], sample)[0][0]["tokens"].tolist()
+        assert auto.k_policy.may_draft is (sentence == 0), sentence
+        if sentence:  # greedy: no draft state, no cache slots for drafts, nothing to count
+            assert not drafter_calls and observed and not any(observed)
+            assert auto.last_cache.max_slots == greedy.last_cache.max_slots
+        else:  # the measuring sentence drafts (K=0 chosen, but it may draft)
+            assert drafter_calls and auto.last_cache.max_slots > greedy.last_cache.max_slots
+    assert auto.stats.k_chosen.keys() == {0}
