@@ -14,14 +14,18 @@ Everything else (the loop, acceptance, the K policy, the cache) is in
   ``torch`` on a GPU or in half precision.
 
 A backend imports :mod:`nmt_specdec.decoding` and its passes, never another
-backend. A new backend adds one folder here (a :class:`~.base.Backend` subclass with its
-:class:`~.base.VerifierCalls` and a :class:`~nmt_specdec.decoding.drafters.Drafter`),
-its name in :data:`BACKENDS` and one branch in :func:`make_backend`.
+backend. A new backend adds one folder here and touches nothing else: a
+:class:`~.base.Backend` subclass with its :class:`~.base.VerifierCalls` and a
+:class:`~nmt_specdec.decoding.drafters.Drafter`, and in the folder's ``__init__``
+``OPTIONS`` (which of ``int8``, ``fused_draft`` it takes) and
+``create(model, tgt_dict, int8, fused_draft, exact_scores)``. :data:`BACKENDS`
+lists the folders.
 """
 
 from __future__ import annotations
 
-import weakref
+import importlib
+import pkgutil
 
 import torch
 from torch import nn
@@ -29,7 +33,9 @@ from torch import nn
 from nmt_specdec.decoding.backends.base import Backend
 from nmt_specdec.errors import UserError
 
-BACKENDS = ("auto", "torch", "onnxruntime")  # the --backend choices
+# The --backend choices: ``auto`` and every backend folder beside this module.
+BACKENDS = ("auto", *sorted((m.name for m in pkgutil.iter_modules(__path__) if m.ispkg),
+                            reverse=True))
 # What `auto` runs on the CPU: the fastest backend by the benchmarks (README).
 # A GPU model always gets `torch`.
 CPU_BACKEND = "onnxruntime"
@@ -49,13 +55,15 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype = _FLOAT
 
 def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> None:
     """Raises :class:`UserError` for an unknown ``--backend``, or ``--int8`` or
-    ``--fused-draft`` without onnxruntime (``auto`` is checked once resolved)."""
+    ``--fused-draft`` with a backend that lacks it (``auto``: as the CPU's)."""
     if name not in BACKENDS:
         raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
-    allowed = ("onnxruntime", "auto") if CPU_BACKEND == "onnxruntime" else ("onnxruntime",)
-    for flag, value in (("--int8", int8), ("--fused-draft", fused_draft)):
-        if value and name not in allowed:
-            raise UserError(f"{flag} needs --backend onnxruntime")
+    options = _package(CPU_BACKEND if name == "auto" else name).OPTIONS
+    for flag, option, value in (("--int8", "int8", int8),
+                                ("--fused-draft", "fused_draft", fused_draft)):
+        if value and option not in options:
+            having = [b for b in BACKENDS[1:] if option in _package(b).OPTIONS]
+            raise UserError(f"{flag} needs --backend {' or '.join(having)}")
 
 
 def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
@@ -65,34 +73,17 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
     instead of certifying its decisions over an 8-bit output projection).
 
     Raises:
-        UserError: unknown name, ``--int8`` with torch, or a runtime that is not
-            installed (one line, no traceback).
+        UserError: unknown name, an option the backend lacks, a model it cannot
+            run, or a runtime that is not installed (one line, no traceback).
     """
     weight = next(model.parameters())
     name = resolve_backend(name, weight.device, weight.dtype)
     check_backend(name, int8, fused_draft)
-    if name == "onnxruntime" and weight.dtype != _FLOAT32:
-        raise UserError(f"--backend onnxruntime runs fp32 models (and --int8): decode this "
-                        f"{weight.dtype} model with --backend torch")
-    if name == "torch":
-        from nmt_specdec.decoding.backends.torch import TorchBackend
-
-        return TorchBackend(model)
-    from nmt_specdec.decoding.backends.onnxruntime.session import (
-        OrtBackend,
-        require_onnxruntime,
-    )
-
-    require_onnxruntime()
-    # One backend per (model, options): the hub builds a generator per call and
-    # the evaluation one per row; each would otherwise hash the weights again and
-    # hold its own copy of them in its sessions.
-    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores)
-    shared = _SHARED.setdefault(model, {})
-    if key not in shared:
-        shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft,
-                                 certified=not exact_scores)
-    return shared[key]
+    return _package(name).create(model, tgt_dict, int8=int8, fused_draft=fused_draft,
+                                 exact_scores=exact_scores)
 
 
-_SHARED: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+def _package(name: str):
+    """A backend's package: ``OPTIONS`` (which of ``int8``, ``fused_draft`` it
+    takes) and ``create(model, tgt_dict, **options)``."""
+    return importlib.import_module(f"{__name__}.{name}")

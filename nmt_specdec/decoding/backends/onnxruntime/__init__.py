@@ -7,3 +7,39 @@ model calls), ``drafters`` (the draft graph as a drafter) and ``verifier_drafter
 
 Importing this package does not import ``onnxruntime``; building the backend does.
 """
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from nmt_specdec.errors import UserError
+
+OPTIONS = frozenset({"int8", "fused_draft"})
+
+
+def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,
+           exact_scores: bool = False):
+    """The backend for an fp32 ``model``, one per (model, options): the hub builds a
+    generator per call and the evaluation one per row; each would otherwise hash
+    the weights again and hold its own copy of them in its sessions."""
+    from nmt_specdec.decoding.backends.onnxruntime.session import (
+        OrtBackend,
+        require_onnxruntime,
+    )
+
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        raise UserError(f"--backend onnxruntime runs fp32 models (and --int8): decode this "
+                        f"{dtype} model with --backend torch")
+    require_onnxruntime()
+    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores)
+    shared = _SHARED.setdefault(model, {})
+    if key not in shared:
+        shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft,
+                                 certified=not exact_scores)
+    return shared[key]
+
+
+_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -7,4 +7,11 @@
 
 from nmt_specdec.decoding.backends.torch.adapter import TorchBackend, TorchVerifier
 
-__all__ = ["TorchBackend", "TorchVerifier"]
+__all__ = ["OPTIONS", "TorchBackend", "TorchVerifier", "create"]
+
+OPTIONS = frozenset()  # neither --int8 nor --fused-draft
+
+
+def create(model, tgt_dict, **options) -> TorchBackend:
+    """The backend for ``model`` (``make_backend`` checked ``options``: none apply)."""
+    return TorchBackend(model)
