@@ -162,7 +162,7 @@ def decode_costs(model, task, backend_name: str, sources: List[torch.Tensor], ba
     the oracle's from greedy's output lengths) of the checkpoint's real decodes."""
     from nmt_specdec.decoding.backends import make_backend
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
     from nmt_specdec.decoding.stats import SpecDecStats, oracle_tokens_per_iteration
     from nmt_specdec.evaluation.profiling import Profile, instrumented
     from nmt_specdec.evaluation.testset import make_batches
@@ -172,7 +172,7 @@ def decode_costs(model, task, backend_name: str, sources: List[torch.Tensor], ba
     rules = LengthRules(max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
                         max_positions=model.max_decoder_positions())
     batches = make_batches(task, sources, batch, cpu)
-    generators = {k: SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules,
+    generators = {k: SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
                                       backend=backend) for k in [0, *ks]}
     host: Dict[int, List[float]] = {k: [] for k in generators}
     lengths: List[int] = []

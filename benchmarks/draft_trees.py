@@ -177,13 +177,13 @@ def simulate(model, task, sources: List[Tensor], trees: List[Tree], rules,
         proposes the greedy tokens, at the same depth.
     """
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions
     from nmt_specdec.decoding.stats import oracle_tokens_per_iteration
 
     # The head fills all K slots of a block in one bidirectional pass, so its
     # slot-i proposal depends on K: each depth is ranked with its own K.
     depths = sorted({tree.depth for tree in trees})
-    greedy = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=0), rules)
+    greedy = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=0), rules)
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     ranks: Dict[int, List[Tensor]] = {depth: [] for depth in depths}
     for start in range(0, len(sources), batch_size):

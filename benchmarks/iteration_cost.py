@@ -39,7 +39,7 @@ from nmt_specdec.decoding.backends import (
     make_backend,
 )
 from nmt_specdec.decoding.loop import SpecDecGenerator
-from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.errors import UserError
 
 Config = Tuple[str, int]  # ("stock", 0) or ("engine", K)
@@ -84,7 +84,7 @@ def measure(model, tgt_dict, dataset, sentences: int, batch_size: int, ks: List[
     generators = {
         ("stock", 0): SequenceGenerator([model], tgt_dict, beam_size=1, max_len_a=max_len_a,
                                         max_len_b=max_len_b),
-        **{("engine", k): SpecDecGenerator(model, tgt_dict, SpecDecOptions(k=k), rules,
+        **{("engine", k): SpecDecGenerator(model, tgt_dict, DecodingOptions(k=k), rules,
                                            backend=runtime)
            for k in ks},
     }

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Tuple
 
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 
 CostFn = Callable[[int, int], Optional[float]]
 
@@ -373,5 +373,5 @@ class AutoK(KPolicy):
             self.table.record(k, self.batch, seconds)
 
 
-def make_k_policy(options: SpecDecOptions) -> KPolicy:
+def make_k_policy(options: DecodingOptions) -> KPolicy:
     return AutoK(options.k) if options.auto_k else KPolicy()

@@ -35,7 +35,7 @@ from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_l
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
-from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.decoding.scoring import (
     Constraints,
     certainty_margin,
@@ -80,7 +80,7 @@ class SpecDecGenerator(nn.Module):
         backend: who runs the model calls (default: eager torch on the model).
     """
 
-    def __init__(self, model: nn.Module, tgt_dict, options: SpecDecOptions,
+    def __init__(self, model: nn.Module, tgt_dict, options: DecodingOptions,
                  lengths: LengthRules, drafter: Optional[Drafter] = None,
                  backend: Optional[Backend] = None):
         super().__init__()
@@ -119,7 +119,7 @@ class SpecDecGenerator(nn.Module):
         return self.backend.verifier()
 
     @classmethod
-    def from_generation_args(cls, model, tgt_dict, options: SpecDecOptions, args,
+    def from_generation_args(cls, model, tgt_dict, options: DecodingOptions, args,
                              drafter: Optional[Drafter] = None,
                              backend: Optional[Backend] = None) -> "SpecDecGenerator":
         """Builds the generator from fairseq's GenerationConfig (``--max-len-a`` etc.)."""

@@ -147,10 +147,6 @@ class DecodingOptions:
         return cls(**values)
 
 
-# The name the engine's modules import: the loop takes DecodingOptions.
-SpecDecOptions = DecodingOptions
-
-
 def parse_spec_k(value: Any) -> Optional[int]:
     """``--spec-k``: an integer K >= 0, or ``auto`` (also None: a checkpoint saved
     before auto was the default) -> None."""

@@ -29,7 +29,7 @@ from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.draft_tree import flatten_candidates
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.scoring import Constraints, certain, normaliser
 from nmt_specdec.decoding.stats import SpecDecStats
 
@@ -46,7 +46,7 @@ class LoopParts(NamedTuple):
         verifier: the backend's model calls for this batch.
     """
 
-    options: SpecDecOptions
+    options: DecodingOptions
     rules: Constraints
     drafter: Drafter
     k_policy: KPolicy

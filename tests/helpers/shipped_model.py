@@ -113,15 +113,15 @@ def shipped_generator(model, task, k: int = 0, candidates: int = 1, backend=None
                       options=None, **lengths):
     """The engine's generator for the shipped model with its length rules
     (``k`` 0: greedy; ``candidates`` > 1: draft trees; ``backend`` None: torch;
-    ``options``: a whole ``SpecDecOptions`` instead of ``k`` and ``candidates``;
+    ``options``: a whole ``DecodingOptions`` instead of ``k`` and ``candidates``;
     ``lengths``: ``min_len``, ``max_len_a`` or ``max_len_b`` instead of the model's)."""
     import argparse
 
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(argparse.Namespace(**{
         "min_len": 1, "unkpen": 0.0, "lenpen": 1.0, "max_len_a": SETTINGS["max_len_a"],
         "max_len_b": SETTINGS["max_len_b"], **lengths}), model)
-    options = options or SpecDecOptions(k=k, candidates=candidates)
+    options = options or DecodingOptions(k=k, candidates=candidates)
     return SpecDecGenerator(model, task.target_dictionary, options, rules, backend=backend)

@@ -10,7 +10,7 @@ import pytest
 
 from nmt_specdec.decoding.k_policy import AutoK
 from nmt_specdec.decoding.loop import SpecDecGenerator
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.specdec_toy import random_specdec_model, source_batch
 
 
@@ -24,7 +24,7 @@ def _generator(model, dictionary, k: int, auto: bool) -> SpecDecGenerator:
     args = argparse.Namespace(beam=1, max_len_a=0.0, max_len_b=12, min_len=1, lenpen=1.0,
                               unkpen=0.0)
     return SpecDecGenerator.from_generation_args(
-        model, dictionary, SpecDecOptions(k=k, auto_k=auto), args)
+        model, dictionary, DecodingOptions(k=k, auto_k=auto), args)
 
 
 @pytest.mark.parametrize("single_row", [True, False], ids=["single_row", "batched_loop"])

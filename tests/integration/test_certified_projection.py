@@ -43,11 +43,11 @@ def shipped(onnx_cache):
 def _decode(model, task, sources, backend, k: int, batch_size: int):
     """(tokens, positional scores) per sentence, in input order."""
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
         argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
-    generator = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules,
+    generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
                                  backend=backend)
     return decode_all(generator, model, task, sources, batch_size, scores=True)
 

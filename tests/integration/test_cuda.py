@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import torch
 
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.evaluation.mismatch import logit_gaps
 from tests.helpers.shipped_model import (
     HAND_WRITTEN,
@@ -72,8 +72,8 @@ def test_cuda_deterministic_replay(shipped, dtype) -> None:
     assert all(output == outputs[0] for output in outputs)
 
 
-@pytest.mark.parametrize("options", [SpecDecOptions(k=0), SpecDecOptions(k=2),
-                                     SpecDecOptions(k=3, candidates=2)], ids=str)
+@pytest.mark.parametrize("options", [DecodingOptions(k=0), DecodingOptions(k=2),
+                                     DecodingOptions(k=3, candidates=2)], ids=str)
 def test_cuda_one_host_read_per_iteration(shipped, options) -> None:
     # Path: the batched loop's device reads on CUDA (each one waits for the GPU).
     model, task, sources = shipped

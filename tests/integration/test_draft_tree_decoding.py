@@ -66,12 +66,12 @@ def test_tree_beats_the_chain_and_stays_greedy_in_batches(shipped):
 
 
 def test_options_that_do_not_combine_are_one_line_errors():
-    from nmt_specdec.decoding.options import SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions
 
     with pytest.raises(UserError, match="--spec-candidates"):
-        SpecDecOptions(k=2, candidates=0)
+        DecodingOptions(k=2, candidates=0)
     with pytest.raises(UserError, match="--deterministic"):
-        SpecDecOptions(k=2, candidates=2, deterministic=True)
+        DecodingOptions(k=2, candidates=2, deterministic=True)
 
 
 def test_onnxruntime_tree_equals_the_torch_tree(shipped, onnx_cache):
@@ -106,13 +106,13 @@ def test_relaxed_tree_decodes_every_sentence(shipped):
     # beta > 1 takes the other branch of the criterion (top-beta and tau, -inf guard).
     model, task, sources = shipped
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(argparse.Namespace(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model)
     relaxed = SpecDecGenerator(model, task.target_dictionary,
-                               SpecDecOptions(k=2, beta=3, tau=1.0, candidates=2), rules)
+                               DecodingOptions(k=2, beta=3, tau=1.0, candidates=2), rules)
     outputs = decode_all(relaxed, model, task, sources, 8)
     eos = task.target_dictionary.eos()
     assert len(outputs) == len(sources) and all(out[-1] == eos for out in outputs)

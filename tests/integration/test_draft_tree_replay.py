@@ -17,7 +17,7 @@ from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_mod
 @pytest.mark.parametrize("k", [2, 4])
 def test_chain_replay_equals_engine_iterations(k):
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
     from benchmarks.draft_trees import greedy_token_ranks, parse_tree, replay
 
     torch.set_num_threads(1)
@@ -26,8 +26,8 @@ def test_chain_replay_equals_engine_iterations(k):
     rules = LengthRules.from_generation_args(argparse.Namespace(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model)
-    greedy = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=0), rules)
-    spec = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules)
+    greedy = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=0), rules)
+    spec = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules)
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     replayed, decoded, committed = [], [], 0
     for index in range(len(sources)):

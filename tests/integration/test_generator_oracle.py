@@ -20,7 +20,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from nmt_specdec.decoding.loop import SpecDecGenerator
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.stats import oracle_tokens_per_iteration
 from tests.helpers.specdec_toy import (
     OracleDrafter,
@@ -66,7 +66,7 @@ def greedy(model, dictionary, sample, max_len_a=0.0, max_len_b=MAX_LEN_B):
 
 def specdec(model, dictionary, sample, k, drafter=None, **length_args):
     generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, SpecDecOptions(k=k), generation_args(**length_args), drafter)
+        model, dictionary, DecodingOptions(k=k), generation_args(**length_args), drafter)
     hyps = [h[0] for h in generator.generate([model], sample)]
     return hyps, generator
 

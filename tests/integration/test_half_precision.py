@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.evaluation.mismatch import logit_gaps
 from tests.conftest import report_line
@@ -47,8 +47,8 @@ from tests.helpers.shipped_model import (
 # decodes the 40 hand-written sentences only.
 SENTENCES = {torch.bfloat16: 100, torch.float16: 40}
 PLUGIN_DIR = REPO_ROOT / "fairseq_plugins"
-SPECDEC = [SpecDecOptions(k=2), SpecDecOptions(k=4), SpecDecOptions(k=2, candidates=2),
-           SpecDecOptions(k=4, auto_k=True)]
+SPECDEC = [DecodingOptions(k=2), DecodingOptions(k=4), DecodingOptions(k=2, candidates=2),
+           DecodingOptions(k=4, auto_k=True)]
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def _deterministic(model, task, k: int) -> DeterministicGenerator:
     rules = LengthRules.from_generation_args(argparse.Namespace(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model, per_sentence=True)
-    fast = shipped_generator(model, task, options=SpecDecOptions(k=k, deterministic=True))
+    fast = shipped_generator(model, task, options=DecodingOptions(k=k, deterministic=True))
     replay = FixedShapeReplay(model, task.target_dictionary, rules)
     return DeterministicGenerator(fast, replay, task.target_dictionary)
 

@@ -18,7 +18,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from nmt_specdec.decoding import loop
 from nmt_specdec.decoding.loop import SpecDecGenerator
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 from nmt_specdec.errors import CheckpointError
@@ -50,7 +50,7 @@ def stock_greedy(model, dictionary, sample):
 
 def lean(model, dictionary, sample, k, drafter=None):
     generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, SpecDecOptions(k=k), generation_args(), drafter)
+        model, dictionary, DecodingOptions(k=k), generation_args(), drafter)
     return [h[0] for h in generator.generate([model], sample)], generator
 
 
@@ -88,7 +88,7 @@ def test_cache_keeps_exactly_the_committed_entries(toy, k, monkeypatch):
     references = stock_greedy(model, dictionary, sample)
     drafter = WrongDrafter(references, dictionary.pad(), dictionary.nspecial, len(dictionary))
     generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, SpecDecOptions(k=k), generation_args(), drafter)
+        model, dictionary, DecodingOptions(k=k), generation_args(), drafter)
     encoder_out = encode(model, sample)
     verifier = generator.lean_verifier()
     captured = {}
@@ -187,7 +187,7 @@ def test_auto_greedy_batches_start_no_drafter(toy):
     # encoder output for its layers), nor keep its rows; the next batch drafts.
     _, model, dictionary = toy
     generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, SpecDecOptions(k=4, auto_k=True), generation_args())
+        model, dictionary, DecodingOptions(k=4, auto_k=True), generation_args())
     calls = []
     for name in ("start_batch", "keep_rows"):
         method = getattr(generator.drafter, name)

@@ -53,11 +53,11 @@ def backends(shipped):
 
 def _generator(model, task, k, backend=None):
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
         argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
-    return SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=k), rules,
+    return SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
                             backend=backend)
 
 

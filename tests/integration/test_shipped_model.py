@@ -143,13 +143,13 @@ def test_beta1_equals_fairseq_greedy_up_to_near_ties(model_and_task, test_source
     from fairseq.sequence_generator import SequenceGenerator
 
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     model, task = model_and_task
     stock = SequenceGenerator([model], task.target_dictionary, beam_size=1, **_length_args())
     rules = LengthRules.from_generation_args(
         argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **_length_args()), model)
-    spec = SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=SETTINGS["k"]),
+    spec = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=SETTINGS["k"]),
                             rules)
     greedy = decode_all(stock, model, task, test_sources, batch_size)
     drafted = decode_all(spec, model, task, test_sources, batch_size)

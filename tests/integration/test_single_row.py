@@ -60,10 +60,10 @@ def _assert_same(results) -> None:
     (0, 1, 0.0, 1), (2, 1, 0.0, 1), (4, 1, 0.0, 1), (4, 3, 1.0, 1),  # chains
     (2, 1, 0.0, 2), (4, 3, 1.0, 3)])  # draft trees (--spec-candidates)
 def test_single_row_loop_equals_the_batched_loop(shipped, backend, k, beta, tau, candidates):
-    from nmt_specdec.decoding.options import SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions
 
     model, task, sources = shipped
-    results = _decode_both(model, task, sources, backend=backend, options=SpecDecOptions(
+    results = _decode_both(model, task, sources, backend=backend, options=DecodingOptions(
         k=k, beta=beta, tau=tau, candidates=candidates))
     _assert_same(results)
     if k:  # drafting happened, so the comparison covers acceptance and the EOS cut
@@ -74,13 +74,13 @@ def test_auto_k_takes_the_same_turns(shipped):
     # The policy learns from timings, so its choices may differ between two runs;
     # with a fixed cost model they must not.
     from nmt_specdec.decoding.k_policy import AutoK
-    from nmt_specdec.decoding.options import SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions
 
     model, task, sources = shipped
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     outputs = []
     for single_row in (True, False):
-        generator = _generator(model, task, SpecDecOptions(k=4, auto_k=True))
+        generator = _generator(model, task, DecodingOptions(k=4, auto_k=True))
         generator.single_row = single_row
         generator.k_policy = AutoK(4, cost=lambda k, batch: 1.0 + 0.3 * k)
         hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
@@ -94,10 +94,10 @@ def test_auto_k_takes_the_same_turns(shipped):
 def test_length_limits_match(shipped, min_len, max_len_b):
     # EOS forbidden for the first min_len steps, forced at max_len: both loops
     # apply the same constraints at the same iterations.
-    from nmt_specdec.decoding.options import SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions
 
     model, task, sources = shipped
-    results = _decode_both(model, task, sources[:12], options=SpecDecOptions(k=2),
+    results = _decode_both(model, task, sources[:12], options=DecodingOptions(k=2),
                            min_len=min_len, max_len_a=0, max_len_b=max_len_b)
     _assert_same(results)
     lengths = [h["tokens"].numel() for h in results[0][0]]

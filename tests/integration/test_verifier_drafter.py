@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.errors import UserError
 from tests.helpers.fairseq_toy import EXACT_BATCHING, PLUGINS_DIR, hypotheses, run_cli
 from tests.helpers.shipped_model import (
@@ -45,7 +45,7 @@ def shipped(onnx_cache):
 
 
 def _drafting(model, task, backend, k: int = 3, auto: bool = False):
-    options = SpecDecOptions(k=k, auto_k=auto, drafter="verifier-int8")
+    options = DecodingOptions(k=k, auto_k=auto, drafter="verifier-int8")
     return shipped_generator(model, task, backend=backend, options=options)
 
 
@@ -88,9 +88,9 @@ def test_refusals(shipped):
     with pytest.raises(UserError, match="with --int8 the verifier is that copy"):
         _drafting(model, task, int8)
     with pytest.raises(UserError, match="--spec-candidates > 1 needs the draft head"):
-        SpecDecOptions(k=2, candidates=2, drafter="verifier-int8")
+        DecodingOptions(k=2, candidates=2, drafter="verifier-int8")
     with pytest.raises(UserError, match="--spec-drafter must be one of"):
-        SpecDecOptions(k=2, drafter="oracle")
+        DecodingOptions(k=2, drafter="oracle")
 
 
 def test_stock_transformer_drafts_with_its_int8_copy(toy_data_bin, tiny_transformer_ckpt,
@@ -118,7 +118,7 @@ def test_translate_takes_a_stock_checkpoint_under_the_specdec_task(toy_data_bin,
                   data=str(toy_data_bin))
     _, stock_task = _load_model(TranslateConfig(**common))
     assert not isinstance(stock_task, TranslationSpecDecTask)  # without --spec-decoding
-    cfg = TranslateConfig(**common, decoding=SpecDecOptions(spec_decoding=True, k=0))
+    cfg = TranslateConfig(**common, decoding=DecodingOptions(spec_decoding=True, k=0))
     model, task = _load_model(cfg)
     assert isinstance(task, TranslationSpecDecTask)
     assert (task.cfg.source_lang, task.cfg.target_lang) == ("src", "tgt")

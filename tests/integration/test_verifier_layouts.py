@@ -183,11 +183,11 @@ def test_tolerance_catches_a_layout_mistake(workdir):
 @pytest.mark.parametrize("option", list(REFUSED), ids=list(REFUSED))
 def test_unimplemented_options_are_refused_at_build_time(workdir, option):
     from nmt_specdec.decoding.loop import SpecDecGenerator
-    from nmt_specdec.decoding.options import LengthRules, SpecDecOptions
+    from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     task, model = build_model(workdir, REFUSED[option])
     with pytest.raises(UserError, match=option) as err:
-        SpecDecGenerator(model, task.target_dictionary, SpecDecOptions(k=0), LengthRules())
+        SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=0), LengthRules())
     assert "\n" not in str(err.value)
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from nmt_specdec.decoding.options import SpecDecOptions
+from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.shipped_model import hand_written_sources, load_model, shipped_generator
 
 READS = {"tolist", "item", "__bool__", "__int__", "__float__", "__index__", "nonzero",
@@ -59,8 +59,8 @@ def shipped():
 
 
 @pytest.mark.parametrize("options", [
-    SpecDecOptions(k=0), SpecDecOptions(k=2), SpecDecOptions(k=3, candidates=2),
-    SpecDecOptions(k=4, auto_k=True),
+    DecodingOptions(k=0), DecodingOptions(k=2), DecodingOptions(k=3, candidates=2),
+    DecodingOptions(k=4, auto_k=True),
 ], ids=["greedy", "chain", "tree", "auto"])
 def test_one_host_read_per_iteration(shipped, options) -> None:
     model, task, batch = shipped

@@ -12,8 +12,9 @@ from nmt_specdec.workflows import quickstart, quickstart_pretrained, quickstart_
 
 
 def _config(argv: list[str]) -> quickstart.QuickstartConfig:
-    args = quickstart.build_parser().parse_args(argv)
-    return quickstart.QuickstartConfig(**vars(args))
+    args = vars(quickstart.build_parser().parse_args(argv))
+    args.pop("verbose")  # a logging switch, not a setting of the run (as main does)
+    return quickstart.QuickstartConfig(**args)
 
 
 def test_default_is_the_shipped_gettext_model() -> None:
