@@ -72,7 +72,7 @@ def test_passes_equal_the_torch_passes(shipped, backends):
     # the graph attends over the whole cache where torch slices the used width).
     # That moves logits of magnitude ~10 by ~1e-6; 1e-4 is still far below the
     # top-1/top-2 gaps that decide a token and below int8's error (~1e-2).
-    from nmt_specdec.decoding.backends.torch import TorchBackend
+    from nmt_specdec.decoding.backends.torch.adapter import TorchBackend
     from nmt_specdec.decoding.drafters import DraftRequest
 
     from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
@@ -148,7 +148,7 @@ def test_fp32_backend_drafts_in_int8_and_decodes_the_same(shipped, backends):
 def test_kept_bindings_read_what_lies_there_now(shipped, backends):
     # The session re-binds a name only when its address, shape or type changed:
     # new contents at the same address must still be read, and a new shape bound.
-    from nmt_specdec.decoding.backends.torch import TorchBackend
+    from nmt_specdec.decoding.backends.torch.adapter import TorchBackend
 
     model, task, sources = shipped
     batch = _first_batch(task, sources, 2)["net_input"]

@@ -3,15 +3,16 @@
 - ``adapter``: :class:`TorchBackend`, the :class:`~nmt_specdec.decoding.backends.base.Backend`
   that runs the lean passes of :mod:`nmt_specdec.decoding.passes` eagerly, and
   the draft head's drafter.
+
+Importing this package imports neither the passes nor fairseq (option checks
+read :data:`OPTIONS` while a command line is parsed); :func:`create` does.
 """
-
-from nmt_specdec.decoding.backends.torch.adapter import TorchBackend, TorchVerifier
-
-__all__ = ["OPTIONS", "TorchBackend", "TorchVerifier", "create"]
 
 OPTIONS = frozenset()  # neither --int8 nor --fused-draft
 
 
-def create(model, tgt_dict, **options) -> TorchBackend:
+def create(model, tgt_dict, **options):
     """The backend for ``model`` (``make_backend`` checked ``options``: none apply)."""
+    from nmt_specdec.decoding.backends.torch.adapter import TorchBackend
+
     return TorchBackend(model)
