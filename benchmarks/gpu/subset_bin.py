@@ -1,0 +1,76 @@
+"""A fairseq data directory holding a random subset of another one's splits.
+
+Used on the GPU machine to give ``nmt-specdec-add-draft-head`` fewer training
+sentences to distil (its distillation step translates the whole ``train`` split)
+and, in tiny mode, to shrink every split. Sentences are drawn without
+replacement with a fixed seed and kept in their original order; both sides of
+a pair stay together. The dictionaries are copied.
+
+Usage: ``python3 benchmarks/gpu/subset_bin.py SRC_DIR OUT_DIR --split train=60000
+[--split valid=200] [--link valid]`` (``--link`` symlinks a split unchanged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def subset(src: Path, out: Path, split: str, count: int, langs: tuple[str, str], seed: int) -> int:
+    """Writes ``count`` random pairs of ``split``; returns how many were written."""
+    from fairseq.data import indexed_dataset
+
+    pair = f"{langs[0]}-{langs[1]}"
+    datasets = {lang: indexed_dataset.MMapIndexedDataset(str(src / f"{split}.{pair}.{lang}"))
+                for lang in langs}
+    total = len(datasets[langs[0]])
+    if total != len(datasets[langs[1]]):
+        raise SystemExit(f"{split}: {langs[0]} and {langs[1]} differ in length")
+    keep = np.arange(total) if count >= total else np.sort(
+        np.random.default_rng(seed).choice(total, size=count, replace=False))
+    for lang, dataset in datasets.items():
+        prefix = str(out / f"{split}.{pair}.{lang}")
+        builder = indexed_dataset.MMapIndexedDatasetBuilder(
+            indexed_dataset.data_file_path(prefix), dtype=dataset._index.dtype)
+        for i in keep:
+            builder.add_item(dataset[int(i)])
+        builder.finalize(indexed_dataset.index_file_path(prefix))
+    return len(keep)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("src", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--split", action="append", default=[], metavar="NAME=COUNT")
+    p.add_argument("--link", action="append", default=[], metavar="NAME")
+    p.add_argument("--langs", default="de-en")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    langs = tuple(args.langs.split("-"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for lang in langs:
+        shutil.copyfile(args.src / f"dict.{lang}.txt", args.out / f"dict.{lang}.txt")
+    for spec in args.split:
+        name, _, count = spec.partition("=")
+        written = subset(args.src, args.out, name, int(count), langs, args.seed)
+        print(f"{args.out}: {name} {written} pairs")
+    for name in args.link:
+        for lang in langs:
+            for ext in ("bin", "idx"):
+                file = f"{name}.{langs[0]}-{langs[1]}.{lang}.{ext}"
+                target = args.out / file
+                if target.is_symlink() or target.exists():
+                    target.unlink()
+                os.symlink((args.src / file).resolve(), target)
+        print(f"{args.out}: {name} linked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
