@@ -16,6 +16,7 @@ settings, so rerunning the command is cheap. Entry point:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -216,3 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     setup_logging(verbose=not args.pop("quiet"))
     return report_user_errors(lambda: run(DingConfig(**args)))
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.data.ding_recipe, as the console script
+    sys.exit(main())

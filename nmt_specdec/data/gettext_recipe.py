@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -377,3 +378,7 @@ def _read_heldout(args: dict) -> dict:
         raise RecipeError(f"--heldout-from {path}: {exc}") from None
     data = data.get("gettext_heldout", data)
     return {**args, "heldout": {k: list(v) for k, v in data.items()}}
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.data.gettext_recipe, as the console script
+    sys.exit(main())

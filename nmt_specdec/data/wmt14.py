@@ -20,6 +20,7 @@ import contextlib
 import io
 import itertools
 import re
+import sys
 import tarfile
 import time
 import urllib.error
@@ -334,3 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     setup_logging(verbose=not args.pop("quiet"))
     return report_user_errors(lambda: run(Wmt14Config(**args)))
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.data.wmt14, as the console script
+    sys.exit(main())

@@ -251,3 +251,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     written = [RESULTS_MD, PLOT_PNG] + ([TIME_SPLIT_PNG] if args.profile else [])
     print(f"\nwrote {os.path.join(args.out, RESULTS_JSON)}, {', '.join(written)}")
     return 0
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.evaluation.cli, as the console script
+    sys.exit(main())

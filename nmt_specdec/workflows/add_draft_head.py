@@ -324,3 +324,7 @@ def _print(report: Dict) -> None:
     from nmt_specdec.workflows.head_report import format_report
 
     print(format_report(report))
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.workflows.add_draft_head, as the console script
+    sys.exit(main())

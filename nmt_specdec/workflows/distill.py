@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -349,3 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
     setup_logging()
     return report_user_errors(lambda: run(DistillConfig(**args)))
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.workflows.distill, as the console script
+    sys.exit(main())

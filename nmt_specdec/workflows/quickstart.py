@@ -39,6 +39,7 @@ the stored results. Entry points: ``make quickstart``, ``scripts/quickstart.py``
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,3 +183,7 @@ def run(cfg: QuickstartConfig) -> dict:
     if cfg.train:
         return quickstart_train.run(cfg)
     return quickstart_pretrained.run(cfg)
+
+
+if __name__ == "__main__":  # python -m nmt_specdec.workflows.quickstart, as the console script
+    sys.exit(main())

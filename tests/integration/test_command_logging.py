@@ -45,6 +45,16 @@ def test_help_prints_only_help(script: str) -> None:
     assert not logged, logged
 
 
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_module_runs_as_its_console_script(script: str) -> None:
+    # `python -m MODULE` where console scripts are not installed (e.g. a GPU machine
+    # given the package on PYTHONPATH): the same command, not a silent no-op.
+    proc = subprocess.run([sys.executable, "-m", SCRIPTS[script].split(":")[0], "--help"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage:" in proc.stdout
+
+
 def test_library_info_is_shown_only_with_verbose() -> None:
     # fairseq's task modules log "Please install tensorboardX" at INFO while imported.
     code = "from nmt_specdec import logs; logs.setup({}); import fairseq.tasks"
