@@ -46,7 +46,8 @@ def readme_table(results: dict) -> str:
     machine = results["machine"]
     # Two lines (one paragraph in Markdown), so neither runs past the docs' line width.
     lines += ["", f"BLEU signature `{results['signatures']['bleu']}`.",
-              machine_line(machine).strip(),
+              # processor; versions: two lines within the docs' width
+              *machine_line(machine).strip().split("; ", 1),
               f"CPU/wall time of the timed passes {results['timing']['cpu_over_wall']:.2f}."]
     mismatches = results.get("greedy_mismatches") or []
     # (results written before int8 rows got their own reference listed them here too)
