@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare, on this (CPU) machine, what the GPU session carries (benchmarks/gpu/README.md):
-#   .whl/              the wheels the GPU machine lacks (../shared/gpu/wheels.sh --ct2), slimmed
+#   .whl/              the wheels the GPU machine lacks ($WHEELS_SH --ct2: the workplace's
+#                      wheel script for the device machine), slimmed
 #                      by slim_wheels.py --lzma (64 MB -> ~18 MB)
 #   gpu_kit/gettext/   the project's gettext recipe (nmt-specdec-prepare-gettext), encoded and
 #                      binarized with the shipped model's spm.model and dictionaries, held-out
@@ -9,7 +10,7 @@
 #                      train.tar.xz (the whole binarized train split, ~6.7 MB)
 # Both folders are ignored through .git/info/exclude (never commit data). Every step is
 # skipped when its output exists; FORCE=1 redoes the packing. Run from the repository root:
-#   bash benchmarks/gpu/prepare.sh
+#   WHEELS_SH=path/to/wheels.sh bash benchmarks/gpu/prepare.sh
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PY=${PY:-.venv/bin/python}
@@ -22,7 +23,8 @@ done
 
 # 1. Wheels (cp312, the GPU machine's Python), slimmed; each slim wheel carries a marker.
 if ! compgen -G ".whl/ctranslate2-*.whl" >/dev/null || ! unzip -l .whl/fairseq_fixed-*.whl | grep -q '\.slim$'; then
-  bash ../shared/gpu/wheels.sh --ct2
+  [[ -n ${WHEELS_SH:-} ]] || { echo "set WHEELS_SH to the device machine's wheel script" >&2; exit 2; }
+  bash "$WHEELS_SH" --ct2
 fi
 "$PY" benchmarks/gpu/slim_wheels.py .whl --lzma
 

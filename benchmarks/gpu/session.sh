@@ -185,7 +185,7 @@ train_base() {  # arg: seconds kept for later stages (the training stops at TRAI
   local extra=(--fp16)
   [[ $TINY == 1 ]] && extra=(--cpu)
   [[ $TRAIN_UPDATES != 0 ]] && extra+=(--max-update "$TRAIN_UPDATES")
-  # The reference verifier's command (../shared/models/gettext-tiny-ar/README.md) in the
+  # The reference verifier's training command (its model card) in the
   # transformer_wmt_en_de shape, fp16, a GPU batch, lr/warmup for a few-minute run, saved once.
   timeout -k 20 $(( $(left) - $1 )) "$PY" -m fairseq_cli.train "$DATA" \
     --task translation --source-lang de --target-lang en \
