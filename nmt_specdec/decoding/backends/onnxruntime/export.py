@@ -48,7 +48,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 14  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 15  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -144,12 +144,16 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         "directory") from None
     try:
         files = export_graphs(model, pad, building, fused, certified)
-        # The encoder runs once per batch: not worth the accuracy.
         quantized = ([name for name in files if name != ENCODER] if int8 else
                      [DRAFT] if int8_draft and DRAFT in files else [])
         if quantized or certified:
-            from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
+            from nmt_specdec.decoding.backends.onnxruntime.quantize import (
+                quantize_graph,
+                quantize_rows,
+            )
 
+            if int8:  # many rows per product: see quantize_rows
+                quantize_rows(building / ENCODER)
             for name in quantized:
                 quantize_graph(building / name)
             if int8_draft and FUSED in files:  # its draft head as the draft graph's

@@ -1,0 +1,88 @@
+"""The encoder's 8-bit products (``quantize_rows``): every row quantized on its own.
+
+A sentence's encoding must not depend on the other sentences of its batch, and
+the product must stay close to the float one it replaces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_rows  # noqa: E402
+from nmt_specdec.decoding.backends.onnxruntime.session import UNSAFE_FUSIONS  # noqa: E402
+
+
+def _two_products(path, rng) -> dict:
+    """x (B, S, 16) -> relu(x @ W1 + b) @ W2, written as Gemm-free MatMul/Add, and
+    with a Constant weight (how the exporter writes some)."""
+    w1 = rng.standard_normal((16, 32)).astype(np.float32)
+    w2 = rng.standard_normal((32, 8)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("Constant", [], ["w2"], value=numpy_helper.from_array(w2, "w2")),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="second"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(bias, "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return {"w1": w1, "w2": w2, "b": bias}
+
+
+def _run(path, x: np.ndarray, disabled=UNSAFE_FUSIONS) -> np.ndarray:
+    """As the backend's sessions run a graph (``disabled``: the fusions left out)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=disabled)
+    return session.run(None, {"x": x})[0]
+
+
+def _error(x: np.ndarray, y: np.ndarray, w: dict) -> float:
+    exact = np.maximum(x @ w["w1"] + w["b"], 0) @ w["w2"]
+    return float(np.abs(y - exact).max() / np.abs(exact).max())
+
+
+def test_rows_are_quantized_on_their_own_and_stay_close(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "g.onnx"
+    w = _two_products(path, rng)
+    quantize_rows(path)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("MatMulInteger") == 2 and "MatMul" not in ops
+
+    # Rows of very different magnitudes: one scale per tensor would flatten the small one.
+    x = rng.standard_normal((3, 5, 16)).astype(np.float32)
+    x[1] *= 100.0
+    x[2, 0] = 0.0  # an all-zero row stays zero (no division by zero)
+    y = _run(path, x)
+    for b in range(3):
+        assert _error(x[b], y[b], w) < 0.05, b
+        # Batch invariance: each sentence alone gives the same bits.
+        np.testing.assert_array_equal(_run(path, x[b: b + 1])[0], y[b])
+    # And each position alone too (the rows of one sentence are independent).
+    np.testing.assert_array_equal(_run(path, x[0:1, 2:3])[0, 0], y[0, 2])
+
+
+def test_the_runtime_fusion_left_out_is_still_wrong(tmp_path):
+    """Why the sessions disable ``UNSAFE_FUSIONS``: with it, onnxruntime fuses the
+    per-row products into ``MatMulIntegerToFloat``, which gives wrong results
+    (seen with onnxruntime 1.32). When this fails, a newer onnxruntime computes
+    the fusion right: measure it, and drop it from ``UNSAFE_FUSIONS`` if faster."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "g.onnx"
+    w = _two_products(path, rng)
+    quantize_rows(path)
+    x = rng.standard_normal((1, 5, 16)).astype(np.float32)
+    assert _error(x, _run(path, x), w) < 0.05
+    assert _error(x, _run(path, x, disabled=[]), w) > 0.05
