@@ -15,7 +15,9 @@ or large batches on a compute-bound CPU.
   measured before any is compared (four iterations each; the first pays for
   first use and is not trusted): extrapolating an untried K from a measured one
   let one slow early K=1 price K=2..4 out for good, and at batch 1 on ONNX
-  Runtime auto then decoded greedily (1.10x greedy where K=2 ran 1.20x).
+  Runtime auto then decoded greedily (1.10x greedy where K=2 ran 1.20x). Only
+  once two drafting K in a row lose to greedy, each by more than the one
+  before, are the larger K left unmeasured (retries still try them).
 - Retries: after ``retry_every`` iterations of a bucket the K measured longest
   ago runs once more, so neither a noisy measurement nor acceptance learned
   early (slots are only counted when drafted) locks a K out. Each retry that
@@ -318,7 +320,7 @@ class AutoK(KPolicy):
 
     def greedy_wins(self) -> Optional[bool]:
         """Whether K=0 is the best K of one row; None until every K is measured."""
-        costs = self._costs(self.max_k, 1, 1)
+        costs = self._considered(self._costs(self.max_k, 1, 1))
         return None if None in costs else self._best(costs, 0) == 0
 
     def choose(self, limit: int, batch: int) -> int:
@@ -327,7 +329,7 @@ class AutoK(KPolicy):
         self.batch = batch
         bucket = CostTable.bucket(batch)
         turn = self.turns[bucket] = self.turns.get(bucket, 0) + 1
-        costs = self._costs(limit, bucket, batch)
+        costs = self._considered(self._costs(limit, bucket, batch))
         if None in costs:
             k = costs.index(None)  # measured seconds beat a guess: run it (again)
         elif self.recheck:  # what drafting buys now, at the K that would draft
@@ -345,6 +347,21 @@ class AutoK(KPolicy):
         if self.table is not None:
             return self.table.estimates(limit, bucket)
         return [self.cost(k, batch) for k in range(limit + 1)]
+
+    def _considered(self, costs: List[Optional[float]]) -> List[Optional[float]]:
+        """``costs`` up to the first K not measured yet, or up to the first K >= 2
+        that commits fewer tokens per second than greedy and than K-1: a larger K
+        verifies more positions for less and less acceptance, so it is not measured
+        (only retried). Where a verified position costs nearly a whole step (batch
+        32 on a CPU), measuring K=3 and 4 took most of a batch at half greedy's speed."""
+        tokens = self.acceptance.expected_tokens()
+        for k in range(1, len(costs)):
+            if costs[k] is None:
+                return costs[: k + 1]
+            rate = tokens[k] / costs[k]
+            if k >= 2 and rate < tokens[0] / costs[0] and rate <= tokens[k - 1] / costs[k - 1]:
+                return costs[: k + 1]
+        return costs
 
     def _best(self, costs: List[Optional[float]], smallest: int) -> int:
         """The K in ``smallest..len(costs)-1`` that commits the most tokens per second

@@ -295,3 +295,27 @@ def test_a_greedy_sentence_records_no_iteration_cost():
     turns = dict(policy.turns)
     run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 5)  # all greedy
     assert policy.table.recent == recent and policy.turns == turns
+
+
+def test_auto_k_leaves_larger_k_unmeasured_once_drafting_loses_more_with_k():
+    # Compute-bound (batch 32 on a CPU): each verified position costs 0.9 of a step,
+    # and 70% of drafts are accepted. K=1 and K=2 lose to greedy, K=2 more than K=1,
+    # so K=3 and 4 (slower still) are not measured; retries try them later.
+    def accept(k):
+        return min(k, 2) if accept.turn % 10 < 7 else 0
+    accept.turn = 0
+    policy, chosen = AutoK(4), []
+    for _ in range(39):  # before the first retry
+        k = policy.choose(4, 32)
+        policy.observe([accept(k)] * 32, k, seconds=1.0 + 0.9 * k)
+        accept.turn += 1
+        chosen.append(k)
+    assert set(chosen) == {0, 1, 2}
+    assert chosen[-20:].count(0) == 20
+    # Where K=2 loses less than K=1 (acceptance grows with K), K=3 is measured.
+    policy, chosen = AutoK(4), []
+    for _ in range(39):
+        k = policy.choose(4, 32)
+        policy.observe([k] * 32, k, seconds=1.0 + 0.7 * k + (0.5 if k == 1 else 0))
+        chosen.append(k)
+    assert 3 in chosen
