@@ -13,7 +13,7 @@ dim, C model dim.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -164,11 +164,47 @@ class SelfAttention(NamedTuple):
 
     ``store(layer, key, value)`` writes the new (B, H, N, D) keys and values and
     returns the (B, H, T, D) keys and values to attend to; ``mask`` is (B, 1, N, T)
-    bool or None (attend to everything).
+    bool or None (attend to everything). ``widths``: None, or per new position the
+    keys it attends (a causal chain whose rows all start at the same slot), to
+    attend one position at a time (see :func:`one_query_at_a_time`).
     """
 
     store: Callable[[int, Tensor, Tensor], Tuple[Tensor, Tensor]]
     mask: Optional[Tensor]
+    widths: Optional[Sequence[int]] = None
+
+
+def one_query_at_a_time(x: Tensor) -> bool:
+    """Whether a pass over several positions attends for each on its own, as a pass
+    over one position would: in half precision on the CPU. There
+    ``scaled_dot_product_attention`` rounds a query's result differently when
+    other queries share the call (bf16, some key lengths), so a verify pass over
+    K+1 positions could score a position otherwise than greedy's one-position
+    step, and a near-tie flip: beta=1 would differ from greedy of the same
+    precision. One query per call, over exactly the keys greedy's step sees, is
+    the same kernel call as greedy's (float32 kernels do not round by query count
+    here, and GPUs are not measured yet: they keep one call)."""
+    return x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
+
+
+def _attend(q: Tensor, keys: Tensor, values: Tensor, mask: Optional[Tensor],
+            widths: Optional[Sequence[int]]) -> Tensor:
+    """(B, H, N, D) attention; with ``widths``, query i alone over ``keys[:widths[i]]``
+    (no mask: a causal chain's row i sees exactly those)."""
+    if widths is None:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    return torch.cat([F.scaled_dot_product_attention(q[:, :, i: i + 1], keys[:, :, :width],
+                                                     values[:, :, :width])
+                      for i, width in enumerate(widths)], dim=2)
+
+
+def _attend_source(q: Tensor, cross: "CrossKV", each: bool) -> Tensor:
+    """Encoder attention; ``each``: one query per call (see :func:`one_query_at_a_time`)."""
+    if not each or q.size(2) == 1:
+        return F.scaled_dot_product_attention(q, cross.key, cross.value, attn_mask=cross.mask)
+    return torch.cat([F.scaled_dot_product_attention(q[:, :, i: i + 1], cross.key, cross.value,
+                                                     attn_mask=cross.mask)
+                      for i in range(q.size(2))], dim=2)
 
 
 def layer_pass(weights: LayerWeights, index: int, x: Tensor, self_attn: SelfAttention,
@@ -190,13 +226,13 @@ def layer_pass(weights: LayerWeights, index: int, x: Tensor, self_attn: SelfAtte
     h = _norm_if(pre, x, weights.self_norm)
     q, k, v = affine(h, weights.self_qkv).chunk(3, dim=-1)  # 3 x (B, N, C)
     keys, values = self_attn.store(index, split_heads(k, heads), split_heads(v, heads))
-    a = F.scaled_dot_product_attention(split_heads(q, heads), keys, values,
-                                       attn_mask=self_attn.mask)  # (B, H, N, D)
+    a = _attend(split_heads(q, heads), keys, values, self_attn.mask,
+                self_attn.widths)  # (B, H, N, D)
     x = _norm_if(not pre, x + affine(merge_heads(a), weights.self_out), weights.self_norm)
 
     h = _norm_if(pre, x, weights.cross_norm)
     q = split_heads(affine(h, weights.cross_q), heads)
-    a = F.scaled_dot_product_attention(q, cross.key, cross.value, attn_mask=cross.mask)
+    a = _attend_source(q, cross, self_attn.widths is not None)
     x = _norm_if(not pre, x + affine(merge_heads(a), weights.cross_out), weights.cross_norm)
 
     h = _norm_if(pre, x, weights.final_norm)

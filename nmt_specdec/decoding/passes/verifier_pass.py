@@ -25,6 +25,7 @@ from nmt_specdec.decoding.passes.layers import (
     keep_cross_rows,
     layer_pass,
     layer_weights,
+    one_query_at_a_time,
     transposed,
 )
 from nmt_specdec.decoding.passes.positions import PositionTable
@@ -123,7 +124,10 @@ class LeanVerifier:
                 mask = tree_attention_mask(start, new, start_max + new, tree.ancestors)
         positions = start.unsqueeze(1) + offsets  # (B, N)
         x = self.embed_inputs(tokens, positions)
-        attention = SelfAttention(cache.store, mask)
+        widths = None
+        if uniform and tree is None and new > 1 and one_query_at_a_time(x):
+            widths = [start_max + j + 1 for j in range(new)]  # what greedy's steps attend
+        attention = SelfAttention(cache.store, mask, widths)
         for index, weights in enumerate(self.layers):
             x = layer_pass(weights, index, x, attention, cross[index])
         if self.final_norm is not None:
