@@ -45,3 +45,16 @@ def test_the_watch_does_not_keep_the_model_alive():
     del model
     gc.collect()
     assert ref() is None and watch.module is None
+
+
+def test_a_removed_submodule_is_seen_and_assignments_elsewhere_are_not_changes():
+    model = _model()
+    watch = WeightsWatch(model)
+    other = _model()  # modules built and assigned elsewhere: not a change here
+    other[0].weight = nn.Parameter(torch.zeros(3, 3))
+    assert not watch.changed()
+    del model[1][0]  # removed without anything assigned (no registration hook runs)
+    assert watch.changed() and not watch.changed()
+    with torch.no_grad():
+        model[0].weight.data = torch.ones(3, 3)  # new storage, same Parameter object
+    assert watch.changed() and not watch.changed()
