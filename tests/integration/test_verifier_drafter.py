@@ -64,10 +64,11 @@ def test_auto_k_keeps_greedy_output(shipped):
     model, task, sources, backend, greedy = shipped
     generator = _drafting(model, task, backend, k=4, auto=True)
     assert decode_all(generator, model, task, sources, 1) == greedy
-    # It tried every K, and drafts after greedy turns (which the drafter's cache
-    # missed) were accepted as the others: the cache caught up on them first.
+    # It tried greedy and several K (larger K only where K=1 and 2 did not lose
+    # more and more: see k_policy), and drafts after greedy turns (which the
+    # drafter's cache missed) were accepted as the others: the cache caught up first.
     stats = generator.stats
-    assert set(stats.k_chosen) >= {0, 1, 2, 3, 4}
+    assert set(stats.k_chosen) >= {0, 1, 2}
     assert stats.accepted_per_slot[0] >= 0.8 * stats.drafted_per_slot[0] > 0
 
 

@@ -58,8 +58,12 @@ def test_rows_are_quantized_on_their_own_and_stay_close(tmp_path):
     path = tmp_path / "g.onnx"
     w = _two_products(path, rng)
     quantize_rows(path)
-    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    graph = onnx.load(str(path)).graph
+    ops = [n.op_type for n in graph.node]
     assert ops.count("MatMulInteger") == 2 and "MatMul" not in ops
+    # No float weight left behind (the runtime warns of each unused initializer).
+    used = {name for n in graph.node for name in n.input}
+    assert {t.name for t in graph.initializer} <= used
 
     # Rows of very different magnitudes: one scale per tensor would flatten the small one.
     x = rng.standard_normal((3, 5, 16)).astype(np.float32)

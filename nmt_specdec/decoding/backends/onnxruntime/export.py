@@ -33,14 +33,12 @@ from typing import Dict, Iterator, List, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.backends.onnxruntime.graphs import (
-    DraftGraph,
+from nmt_specdec.decoding.backends.onnxruntime.encoder_graph import (
     EncoderGraph,
     LeanEncoderGraph,
-    VerifyGraph,
-    kv_names,
     lean_encoder_layers,
 )
+from nmt_specdec.decoding.backends.onnxruntime.graphs import DraftGraph, VerifyGraph, kv_names
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
@@ -48,7 +46,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 15  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 17  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -214,7 +212,8 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     memory = _export_encoder(model, verifier, head, pad, out)
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
-    past = [torch.zeros(2, heads, 6, head_dim) for _ in range(2 * len(verifier.layers))]
+    # Room for every example pass's inputs at their slots (start + N <= T).
+    past = [torch.zeros(2, heads, 12, head_dim) for _ in range(2 * len(verifier.layers))]
     _export_verify(verifier, certified, memory, past, out)
     if head is None:
         return [ENCODER, VERIFY]

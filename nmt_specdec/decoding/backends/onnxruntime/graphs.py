@@ -1,4 +1,5 @@
-"""The three model calls as traceable modules, for ``torch.onnx.export``.
+"""The decoder calls (verify, draft) as traceable modules, for ``torch.onnx.export``
+(the encoder's: :mod:`.encoder_graph`).
 
 Each module reuses the arithmetic of the lean passes (:mod:`nmt_specdec.decoding.passes`:
 ``layer_pass``, ``LeanVerifier.embed_inputs``, ``DraftHead.block_inputs``) so that
@@ -8,10 +9,10 @@ the graphs compute what the torch backend computes. Differences, all for a graph
   beyond each row's length) instead of the used width: the cache is then one
   contiguous buffer per layer that the runtime reads in place (no slice copy);
   the masked slots add exact zeros;
-- it returns the N new keys/values instead of writing them: the loop's cache
-  writes them (a graph cannot update an input in place);
-- the encoder graph also projects every decoder and draft layer's encoder
-  keys/values (computed once per batch);
+- it attends over a copy of the cache with the N new keys/values at their own
+  slots, and returns them: the loop's cache writes them (a graph cannot update
+  an input in place). With :func:`_attend_rows` a position's scores are then
+  the same bits whatever the number of positions in the pass;
 - the draft graph ends with the argmax (only (B, K) ids leave the runtime);
 - the decoder layers are written out here (:func:`graph_layer`, the same
   arithmetic as ``passes.layers.layer_pass`` on the same ``LayerWeights``) so
@@ -27,8 +28,7 @@ D head dim, C model dim, V vocabulary, K draft slots.
 
 from __future__ import annotations
 
-import copy
-from typing import Callable, List, NamedTuple, Optional
+from typing import Callable, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +36,8 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.onnxruntime.projection import CertifiedProjection
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
-from nmt_specdec.decoding.passes.layers import CrossKV, LayerWeights, Norm, cross_kv
-from nmt_specdec.decoding.passes.positions import PositionTable
-from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier, encoder_memory
+from nmt_specdec.decoding.passes.layers import CrossKV, LayerWeights, Norm
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 from nmt_specdec.draft_head import shortlist_logits
 
 
@@ -66,29 +65,45 @@ class _Reshape(torch.autograd.Function):
         return g.op("Reshape", x, g.op("Constant", value_t=torch.tensor(shape)))
 
 
-def _split_heads(x: Tensor, heads: int) -> Tensor:
+class _ScatterND(torch.autograd.Function):
+    """``data`` with ``updates`` written at ``indices`` (..., 3) (row, head, slot),
+    exported as one ``ScatterND``: a (D,) run per index, as fast as a ``Concat``
+    (``ScatterElements``, one index per element, took twice as long)."""
+
+    @staticmethod
+    def forward(ctx, data: Tensor, indices: Tensor, updates: Tensor) -> Tensor:  # type: ignore[override]
+        out = data.clone()
+        out[indices[..., 0], indices[..., 1], indices[..., 2]] = updates
+        return out
+
+    @staticmethod
+    def symbolic(g, data, indices, updates):
+        return g.op("ScatterND", data, indices, updates)
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
     """(B, N, C) -> (B, H, N, D)."""
     return _Reshape.apply(x, (0, 0, heads, -1)).transpose(1, 2)
 
 
-def _merge_heads(x: Tensor) -> Tensor:
+def merge_heads(x: Tensor) -> Tensor:
     """(B, H, N, D) -> (B, N, C)."""
     return _Reshape.apply(x.transpose(1, 2), (0, 0, -1))
 
 
-def _linear(x: Tensor, bias_weight) -> Tensor:
+def linear(x: Tensor, bias_weight) -> Tensor:
     bias, weight_t = bias_weight
     return torch.matmul(x, weight_t) + bias
 
 
-def _norm_if(flag: bool, x: Tensor, norm: Optional[Norm]) -> Tensor:
+def norm_if(flag: bool, x: Tensor, norm: Optional[Norm]) -> Tensor:
     if not flag or norm is None:
         return x
     weight, bias, eps = norm
     return F.layer_norm(x, [weight.numel()], weight, bias, eps)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
     """Softmax attention, (B, H, N, D) queries; ``mask`` (B, 1, N, T) bool or None."""
     scores = torch.matmul(q * scale, k.transpose(2, 3))  # (B, H, N, T)
     if mask is not None:
@@ -96,7 +111,21 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
     return torch.matmul(scores.softmax(-1), v)
 
 
-def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV) -> Tensor:
+def _attend_rows(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
+    """:func:`attend` computed so that a query's result does not depend on how
+    many queries share the call: the runtime multiplies a single row by another
+    kernel than two or more (which round every row alike; linear layers round
+    alike even for one), so a query of zeros is appended and dropped.
+    With the new keys at their own slots (:class:`VerifyGraph`), a position then
+    scores the same bits in a pass over 1 or K+1 positions, and beta=1 is the
+    verifier's own greedy output, fp32 and 8-bit alike (an 8-bit verifier's
+    activation quantization turned last-bit differences into other tokens).
+    ``mask``: shared by the queries, or with a row for the appended one too."""
+    return attend(F.pad(q, (0, 0, 0, 1)), k, v, mask, scale)[:, :, :-1]
+
+
+def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV,
+                attention: Callable = attend) -> Tensor:
     """One decoder layer, as :func:`~nmt_specdec.decoding.passes.layers.layer_pass`,
     without dynamic shapes.
 
@@ -105,131 +134,49 @@ def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV) 
         x: (B, N, C).
         self_kv: ``(key, value) -> (keys, values)`` to attend to, given the new
             (B, H, N, D) keys and values.
-        self_mask: (B, 1, N, T) bool or None.
+        self_mask: (B, 1, N, T) bool or None ((B, 1, N + 1, T) for
+            :func:`_attend_rows`).
         cross: encoder keys/values (B, H, S, D) and mask (B, 1, 1, S).
+        attention: :func:`attend`, or :func:`_attend_rows` (the verifier).
     """
     pre, heads = w.normalize_before, w.heads
     scale = (w.self_out[1].size(0) // heads) ** -0.5  # 1/sqrt(D), a constant
-    h = _norm_if(pre, x, w.self_norm)
-    q, k, v = _linear(h, w.self_qkv).chunk(3, dim=-1)
-    keys, values = self_kv(_split_heads(k, heads), _split_heads(v, heads))
-    a = _attend(_split_heads(q, heads), keys, values, self_mask, scale)
-    x = _norm_if(not pre, x + _linear(_merge_heads(a), w.self_out), w.self_norm)
-    h = _norm_if(pre, x, w.cross_norm)
-    q = _split_heads(_linear(h, w.cross_q), heads)
-    a = _attend(q, cross.key, cross.value, cross.mask, scale)
-    x = _norm_if(not pre, x + _linear(_merge_heads(a), w.cross_out), w.cross_norm)
-    h = _norm_if(pre, x, w.final_norm)
-    h = _linear(w.activation(_linear(h, w.fc1)), w.fc2)
-    return _norm_if(not pre, x + h, w.final_norm)
+    h = norm_if(pre, x, w.self_norm)
+    q, k, v = linear(h, w.self_qkv).chunk(3, dim=-1)
+    keys, values = self_kv(split_heads(k, heads), split_heads(v, heads))
+    a = attention(split_heads(q, heads), keys, values, self_mask, scale)
+    x = norm_if(not pre, x + linear(merge_heads(a), w.self_out), w.self_norm)
+    h = norm_if(pre, x, w.cross_norm)
+    q = split_heads(linear(h, w.cross_q), heads)
+    a = attention(q, cross.key, cross.value, cross.mask, scale)
+    x = norm_if(not pre, x + linear(merge_heads(a), w.cross_out), w.cross_norm)
+    h = norm_if(pre, x, w.final_norm)
+    h = linear(w.activation(linear(h, w.fc1)), w.fc2)
+    return norm_if(not pre, x + h, w.final_norm)
 
 
-class _EncoderLayer(NamedTuple):
-    heads: int
-    normalize_before: bool
-    activation: Callable[[Tensor], Tensor]
-    qkv: tuple  # (bias, W^T) of the fused q/k/v projection
-    out: tuple
-    self_norm: Norm
-    fc1: tuple
-    fc2: tuple
-    final_norm: Norm
+def _block_slots(start: Tensor, offsets: Tensor, ancestors: Tensor, past: Tensor):
+    """Where a pass's N new inputs go in the (B, H, T, D) cache, and who sees what.
 
-
-def _bias_weight(*linears: nn.Module) -> tuple:
-    weight = torch.cat([m.weight.detach() for m in linears], dim=0)
-    return torch.cat([m.bias.detach() for m in linears], dim=0), weight.t().contiguous()
-
-
-def _norm(module: nn.Module) -> Norm:
-    return module.weight.detach(), module.bias.detach(), module.eps
-
-
-def lean_encoder_layers(encoder: nn.Module) -> Optional[List[_EncoderLayer]]:
-    """A fairseq ``TransformerEncoderBase``'s layers as plain tensors, or None when
-    it uses options written out here for no one (quant-noise, NormFormer, ...)."""
-    plain = (getattr(encoder, "quant_noise", None) is None
-             and getattr(encoder, "embed_positions", None) is not None
-             and all(getattr(layer, "return_fc", False) is False
-                     and getattr(layer, "quant_noise", 0) in (0, None)
-                     and hasattr(layer, "fc1") and hasattr(layer, "self_attn")
-                     for layer in encoder.layers))
-    if not plain:
-        return None
-    return [_EncoderLayer(
-        heads=layer.self_attn.num_heads, normalize_before=layer.normalize_before,
-        activation=layer.activation_fn,
-        qkv=_bias_weight(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-        out=_bias_weight(layer.self_attn.out_proj), self_norm=_norm(layer.self_attn_layer_norm),
-        fc1=_bias_weight(layer.fc1), fc2=_bias_weight(layer.fc2),
-        final_norm=_norm(layer.final_layer_norm)) for layer in encoder.layers]
-
-
-class LeanEncoderGraph(nn.Module):
-    """fairseq's encoder (eval mode) written out like :func:`graph_layer`; outputs as
-    :class:`EncoderGraph`. Tested equal to fairseq's encoder through the backend."""
-
-    def __init__(self, encoder: nn.Module, layers: List[_EncoderLayer],
-                 verifier: LeanVerifier, head: LeanDraftHead | None):
-        super().__init__()
-        self.pad = encoder.padding_idx
-        self.embed_scale = encoder.embed_scale
-        self.embed = encoder.embed_tokens.weight.detach()
-        self.positions = PositionTable(encoder.embed_positions, 2 * encoder.max_positions())
-        self.embed_norm = (None if encoder.layernorm_embedding is None
-                           else _norm(encoder.layernorm_embedding))
-        self.final_norm = None if encoder.layer_norm is None else _norm(encoder.layer_norm)
-        self.layers = layers
-        self.cross = list(verifier.layers) + (list(head.layers) if head else [])
-
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor):
-        keep = src_tokens.ne(self.pad)  # (B, S)
-        # fairseq numbers positions by counting non-pad tokens (left padding).
-        positions = (keep.long().cumsum(1) - 1).clamp(min=0)
-        x = self.embed_scale * F.embedding(src_tokens, self.embed) + self.positions(positions)
-        x = _norm_if(True, x, self.embed_norm)
-        x = x * keep.unsqueeze(-1).to(x.dtype)  # (B, S, C), pads zeroed as fairseq does
-        mask = keep[:, None, None, :]  # (B, 1, 1, S)
-        for w in self.layers:
-            scale = (w.out[1].size(0) // w.heads) ** -0.5
-            h = _norm_if(w.normalize_before, x, w.self_norm)
-            q, k, v = (_split_heads(t, w.heads) for t in _linear(h, w.qkv).chunk(3, dim=-1))
-            a = _attend(q, k, v, mask, scale)
-            x = _norm_if(not w.normalize_before, x + _linear(_merge_heads(a), w.out), w.self_norm)
-            h = _norm_if(w.normalize_before, x, w.final_norm)
-            h = _linear(w.activation(_linear(h, w.fc1)), w.fc2)
-            x = _norm_if(not w.normalize_before, x + h, w.final_norm)
-        x = _norm_if(True, x, self.final_norm)
-        outputs = []
-        for w in self.cross:  # as layers.cross_kv, batch first
-            key, value = _linear(x, w.cross_kv).chunk(2, dim=-1)
-            outputs += [_split_heads(key, w.heads), _split_heads(value, w.heads)]
-        return (mask, *outputs)
-
-
-class EncoderGraph(nn.Module):
-    """Source tokens -> source mask and every layer's encoder keys/values
-    (fairseq's own encoder, traced: for encoders :func:`lean_encoder_layers` refuses).
-
-    Outputs: ``memory_mask`` (B, 1, 1, S) bool (True: attend), then
-    ``cross_key_i``/``cross_value_i`` (B, H, S, D) of the verifier's layers and
-    ``draft_key_j``/``draft_value_j`` of the draft head's layers.
-    """
-
-    def __init__(self, encoder: nn.Module, verifier: LeanVerifier,
-                 head: LeanDraftHead | None):
-        super().__init__()
-        self.encoder = copy.deepcopy(encoder)  # the export switches modify it
-        for module in self.encoder.modules():
-            if module is not self.encoder and hasattr(module, "prepare_for_onnx_export_"):
-                module.prepare_for_onnx_export_()
-        self.layers = list(verifier.layers) + (list(head.layers) if head else [])
-
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor):
-        out = self.encoder(src_tokens, src_lengths=src_lengths)
-        states, padding = encoder_memory(out)
-        cross = [cross_kv(w, states, padding) for w in self.layers]
-        return (cross[0].mask, *[t for kv in cross for t in (kv.key, kv.value)])
+    Input j of row b sits at slot ``start[b] + j``. Returns the (B, H, N, 3)
+    (row, head, slot) index of every new key, and the attention mask
+    (B, 1, N + 1, T) (its last row repeated, see :func:`_attend_rows`): slots
+    before ``start`` for every input, and in the block its ancestors (for a
+    chain: itself and the inputs before it)."""
+    slots = arange_like(past, 2)  # (T,)
+    relative = slots.view(1, -1) - start.view(-1, 1)  # (B, T)
+    new = ancestors.size(0)
+    in_block = (relative >= 0) & (relative < new)  # (B, T)
+    sees = ancestors[:, relative.clamp(0, new - 1)].transpose(0, 1)  # (B, N, T)
+    mask = (relative < 0).unsqueeze(1) | (in_block.unsqueeze(1) & sees)
+    mask = torch.cat([mask, mask[:, -1:]], dim=1).unsqueeze(1)
+    batch, heads = start.size(0), past.size(1)
+    shape = (batch, heads, new)
+    index = torch.stack([arange_like(start, 0).view(-1, 1, 1).expand(shape),
+                         arange_like(past, 1).view(1, -1, 1).expand(shape),
+                         (start.view(-1, 1) + arange_like(offsets, 0)).unsqueeze(1).expand(shape)],
+                        dim=-1)
+    return index, mask
 
 
 class VerifyGraph(nn.Module):
@@ -261,23 +208,24 @@ class VerifyGraph(nn.Module):
         layers = len(lean.layers)
         past, cross = kv[: 2 * layers], kv[2 * layers:]
         x = lean.embed_inputs(tokens, start.unsqueeze(1) + offsets)  # (B, N, C)
-        slots = arange_like(past[0], 2)  # (T,)
-        batch, new = tokens.shape
-        old = (slots.view(1, 1, -1) < start.view(-1, 1, 1)).expand(batch, new, -1)  # (B, N, T)
-        mask = torch.cat([old, ancestors.expand(batch, new, new)], dim=2).unsqueeze(1)
+        index, mask = _block_slots(start, offsets, ancestors, past[0])
         new_keys: List[Tensor] = []
         new_values: List[Tensor] = []
-        for index, weights in enumerate(lean.layers):
+        for layer, weights in enumerate(lean.layers):
 
-            def store(key: Tensor, value: Tensor, index: int = index):
+            def store(key: Tensor, value: Tensor, layer: int = layer):
                 new_keys.append(key)
                 new_values.append(value)
-                return (torch.cat([past[2 * index], key], dim=2),
-                        torch.cat([past[2 * index + 1], value], dim=2))
+                # The new inputs at their own slots (the loop writes them there after
+                # the call), not after the cache: each key is then summed over at the
+                # index a one-position pass sums it at, which makes a position's
+                # scores the same bits whatever the number of positions in the pass.
+                return (_ScatterND.apply(past[2 * layer], index, key),
+                        _ScatterND.apply(past[2 * layer + 1], index, value))
 
-            memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
-            x = graph_layer(weights, x, store, mask, memory)
-        x = _norm_if(True, x, lean.final_norm)
+            memory = CrossKV(cross[2 * layer], cross[2 * layer + 1], memory_mask)
+            x = graph_layer(weights, x, store, mask, memory, _attend_rows)
+        x = norm_if(True, x, lean.final_norm)
         if self.projection is None:
             logits, bound = torch.matmul(x, lean.output_t), None  # (B, N, V)
         else:
@@ -351,7 +299,7 @@ class DraftGraph(nn.Module):
         for index in indices:
             memory = CrossKV(cross[2 * index], cross[2 * index + 1], memory_mask)
             x = graph_layer(self.lean.layers[index], x, _no_cache, mask, memory)
-        return _norm_if(True, x, norm)
+        return norm_if(True, x, norm)
 
 
 def _no_cache(key: Tensor, value: Tensor):

@@ -105,6 +105,11 @@ def quantize_rows(path: Path) -> None:
         nodes += _row_product(node.input[0], name, node.output[0])
     del graph.node[:]
     graph.node.extend(nodes)
+    # The float weights replaced (the runtime would warn of each unused one).
+    used = {name for node in nodes for name in node.input}
+    kept = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
 

@@ -1,0 +1,138 @@
+"""The encoder call as a traceable module, for ``torch.onnx.export``.
+
+Source tokens in; the source mask and every decoder and draft layer's encoder
+keys/values out (computed once per batch). Written out like the decoder layers
+of :mod:`.graphs` (:class:`LeanEncoderGraph`), or fairseq's own encoder traced
+where it uses options not written out here (:class:`EncoderGraph`).
+
+Shapes: B rows, S source, H heads, D head dim, C model dim.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable, List, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt_specdec.decoding.backends.onnxruntime.graphs import (
+    attend,
+    linear,
+    merge_heads,
+    norm_if,
+    split_heads,
+)
+from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
+from nmt_specdec.decoding.passes.layers import Norm, cross_kv
+from nmt_specdec.decoding.passes.positions import PositionTable
+from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier, encoder_memory
+
+
+class _EncoderLayer(NamedTuple):
+    heads: int
+    normalize_before: bool
+    activation: Callable[[Tensor], Tensor]
+    qkv: tuple  # (bias, W^T) of the fused q/k/v projection
+    out: tuple
+    self_norm: Norm
+    fc1: tuple
+    fc2: tuple
+    final_norm: Norm
+
+
+def _bias_weight(*linears: nn.Module) -> tuple:
+    weight = torch.cat([m.weight.detach() for m in linears], dim=0)
+    return torch.cat([m.bias.detach() for m in linears], dim=0), weight.t().contiguous()
+
+
+def _norm(module: nn.Module) -> Norm:
+    return module.weight.detach(), module.bias.detach(), module.eps
+
+
+def lean_encoder_layers(encoder: nn.Module) -> Optional[List[_EncoderLayer]]:
+    """A fairseq ``TransformerEncoderBase``'s layers as plain tensors, or None when
+    it uses options written out here for no one (quant-noise, NormFormer, ...)."""
+    plain = (getattr(encoder, "quant_noise", None) is None
+             and getattr(encoder, "embed_positions", None) is not None
+             and all(getattr(layer, "return_fc", False) is False
+                     and getattr(layer, "quant_noise", 0) in (0, None)
+                     and hasattr(layer, "fc1") and hasattr(layer, "self_attn")
+                     for layer in encoder.layers))
+    if not plain:
+        return None
+    return [_EncoderLayer(
+        heads=layer.self_attn.num_heads, normalize_before=layer.normalize_before,
+        activation=layer.activation_fn,
+        qkv=_bias_weight(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+        out=_bias_weight(layer.self_attn.out_proj), self_norm=_norm(layer.self_attn_layer_norm),
+        fc1=_bias_weight(layer.fc1), fc2=_bias_weight(layer.fc2),
+        final_norm=_norm(layer.final_layer_norm)) for layer in encoder.layers]
+
+
+class LeanEncoderGraph(nn.Module):
+    """fairseq's encoder (eval mode) written out like :func:`~.graphs.graph_layer`; outputs as
+    :class:`EncoderGraph`. Tested equal to fairseq's encoder through the backend."""
+
+    def __init__(self, encoder: nn.Module, layers: List[_EncoderLayer],
+                 verifier: LeanVerifier, head: LeanDraftHead | None):
+        super().__init__()
+        self.pad = encoder.padding_idx
+        self.embed_scale = encoder.embed_scale
+        self.embed = encoder.embed_tokens.weight.detach()
+        self.positions = PositionTable(encoder.embed_positions, 2 * encoder.max_positions())
+        self.embed_norm = (None if encoder.layernorm_embedding is None
+                           else _norm(encoder.layernorm_embedding))
+        self.final_norm = None if encoder.layer_norm is None else _norm(encoder.layer_norm)
+        self.layers = layers
+        self.cross = list(verifier.layers) + (list(head.layers) if head else [])
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor):
+        keep = src_tokens.ne(self.pad)  # (B, S)
+        # fairseq numbers positions by counting non-pad tokens (left padding).
+        positions = (keep.long().cumsum(1) - 1).clamp(min=0)
+        x = self.embed_scale * F.embedding(src_tokens, self.embed) + self.positions(positions)
+        x = norm_if(True, x, self.embed_norm)
+        x = x * keep.unsqueeze(-1).to(x.dtype)  # (B, S, C), pads zeroed as fairseq does
+        mask = keep[:, None, None, :]  # (B, 1, 1, S)
+        for w in self.layers:
+            scale = (w.out[1].size(0) // w.heads) ** -0.5
+            h = norm_if(w.normalize_before, x, w.self_norm)
+            q, k, v = (split_heads(t, w.heads) for t in linear(h, w.qkv).chunk(3, dim=-1))
+            a = attend(q, k, v, mask, scale)
+            x = norm_if(not w.normalize_before, x + linear(merge_heads(a), w.out), w.self_norm)
+            h = norm_if(w.normalize_before, x, w.final_norm)
+            h = linear(w.activation(linear(h, w.fc1)), w.fc2)
+            x = norm_if(not w.normalize_before, x + h, w.final_norm)
+        x = norm_if(True, x, self.final_norm)
+        outputs = []
+        for w in self.cross:  # as layers.cross_kv, batch first
+            key, value = linear(x, w.cross_kv).chunk(2, dim=-1)
+            outputs += [split_heads(key, w.heads), split_heads(value, w.heads)]
+        return (mask, *outputs)
+
+
+class EncoderGraph(nn.Module):
+    """Source tokens -> source mask and every layer's encoder keys/values
+    (fairseq's own encoder, traced: for encoders :func:`lean_encoder_layers` refuses).
+
+    Outputs: ``memory_mask`` (B, 1, 1, S) bool (True: attend), then
+    ``cross_key_i``/``cross_value_i`` (B, H, S, D) of the verifier's layers and
+    ``draft_key_j``/``draft_value_j`` of the draft head's layers.
+    """
+
+    def __init__(self, encoder: nn.Module, verifier: LeanVerifier,
+                 head: LeanDraftHead | None):
+        super().__init__()
+        self.encoder = copy.deepcopy(encoder)  # the export switches modify it
+        for module in self.encoder.modules():
+            if module is not self.encoder and hasattr(module, "prepare_for_onnx_export_"):
+                module.prepare_for_onnx_export_()
+        self.layers = list(verifier.layers) + (list(head.layers) if head else [])
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor):
+        out = self.encoder(src_tokens, src_lengths=src_lengths)
+        states, padding = encoder_memory(out)
+        cross = [cross_kv(w, states, padding) for w in self.layers]
+        return (cross[0].mask, *[t for kv in cross for t in (kv.key, kv.value)])
