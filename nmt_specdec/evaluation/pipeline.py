@@ -275,7 +275,8 @@ def _greedy_mismatches(models: Dict[str, nn.Module], task, runs: List[Run],
                 differs = metrics.count_differences(run.outputs, reference.outputs)
                 if differs:
                     found.append({"decoder": run.spec.name, "batch_size": run.batch_size,
-                                  "int8_reference": reference.spec.name, "differs": differs})
+                                  "int8_reference": reference.spec.name, "differs": differs,
+                                  "tree": run.spec.candidates > 1})
             continue
         if run.spec.dtype == "float32":
             reference = baselines[run.batch_size]

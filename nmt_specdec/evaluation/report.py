@@ -247,8 +247,10 @@ def markdown_report(results: dict) -> str:
 
 def _mismatch_line(t: dict) -> str:
     if "int8_reference" in t:
+        why = ("a draft tree scores its leaves after the chain, not at their slots"
+               if t.get("tree") else "NOT expected: a chain scores each position as greedy does")
         return (f"- {t['decoder']} bs{t['batch_size']}: {t['differs']} sentence(s) differ "
-                f"from {t['int8_reference']} (int8 rounding differs between pass shapes)")
+                f"from {t['int8_reference']} ({why})")
     return (f"- {t['decoder']} bs{t['batch_size']}: sentence {t['sentence']}, step {t['step']}: "
             f"logit gap {t['logit_gap']:.2e} between tokens {t['reference_token']} "
             f"({t.get('reference', 'stock greedy')}) and {t['other_token']}"
