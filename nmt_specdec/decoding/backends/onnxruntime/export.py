@@ -141,7 +141,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
                         "directory") from None
     try:
-        files = export_graphs(model, pad, building, fused, certified)
+        files = export_graphs(model, pad, building, fused, certified, same_bits=int8)
         quantized = ([name for name in files if name != ENCODER] if int8 else
                      [DRAFT] if int8_draft and DRAFT in files else [])
         if quantized or certified:
@@ -193,34 +193,36 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
 
 
 def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
-                  certified: bool = False) -> list:
-    """Writes the encoder, verifier and (if any) draft graphs; returns their names."""
+                  certified: bool = False, same_bits: bool = False) -> list:
+    """Writes the encoder, verifier and (if any) draft graphs; returns their names
+    (``same_bits``: see :class:`~.graphs.VerifyGraph`, for the 8-bit variant)."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
     frozen = [p for p in model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out, fused, certified)
+        return _export_graphs(model, pad, out, fused, certified, same_bits)
     finally:
         for p in frozen:
             p.requires_grad_(True)
 
 
-def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified: bool) -> list:
+def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified: bool,
+                   same_bits: bool) -> list:
     verifier = LeanVerifier(model.decoder)
     head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
     memory = _export_encoder(model, verifier, head, pad, out)
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
     # Room for every example pass's inputs at their slots (start + N <= T).
     past = [torch.zeros(2, heads, 12, head_dim) for _ in range(2 * len(verifier.layers))]
-    _export_verify(verifier, certified, memory, past, out)
+    _export_verify(verifier, certified, memory, past, out, same_bits)
     if head is None:
         return [ENCODER, VERIFY]
     _export_draft(verifier, head, memory, out)
     if not fused:
         return [ENCODER, VERIFY, DRAFT]
-    _export_fused(verifier, head, memory, past, out)
+    _export_fused(verifier, head, memory, past, out, same_bits)
     return [ENCODER, VERIFY, DRAFT, FUSED]
 
 
@@ -267,9 +269,9 @@ def _export_encoder(model: nn.Module, verifier, head, pad: int, out: Path) -> _M
 
 
 def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor],
-                   out: Path) -> None:
+                   out: Path, same_bits: bool) -> None:
     chain = torch.arange(3)
-    _export(VerifyGraph(verifier, certified).eval(),
+    _export(VerifyGraph(verifier, certified, same_bits).eval(),
             (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), memory.mask, chain,
              chain.view(-1, 1) >= chain.view(1, -1), *past, *memory.cross),
             out / VERIFY, _verify_inputs(len(verifier.layers)),
@@ -289,13 +291,14 @@ def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:
             {"drafts": {0: "batch", 1: "candidates", 2: "slots"}})
 
 
-def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path) -> None:
+def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path,
+                  same_bits: bool) -> None:
     from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
     from nmt_specdec.decoding.draft_tree import parent_list, tree_layout
 
     # A chain of K=2 drafts with one leaf per slot (C=2): N = 5 inputs.
     layout = tree_layout(2, 2)
-    _export(FusedVerifyGraph(verifier, head).eval(),
+    _export(FusedVerifyGraph(verifier, head, same_bits).eval(),
             (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), torch.tensor([2, 4]),
              memory.mask, layout.offsets, layout.ancestors, torch.tensor(parent_list(2, 2)),
              torch.arange(3), torch.arange(2), *past, *memory.cross, *memory.draft_cross),

@@ -92,9 +92,9 @@ class FusedVerifyGraph(nn.Module):
     (B, C', K) after the correction, and ``decision`` (B, 4), see :data:`DECISION`.
     """
 
-    def __init__(self, verifier: LeanVerifier, head: LeanDraftHead):
+    def __init__(self, verifier: LeanVerifier, head: LeanDraftHead, same_bits: bool = False):
         super().__init__()
-        self.verify = VerifyGraph(verifier)
+        self.verify = VerifyGraph(verifier, same_bits=same_bits)
         self.draft = DraftGraph(head)
         self.layers, self.pad = len(verifier.layers), head.pad
 

@@ -179,6 +179,15 @@ def _block_slots(start: Tensor, offsets: Tensor, ancestors: Tensor, past: Tensor
     return index, mask
 
 
+def _after_cache_mask(start: Tensor, ancestors: Tensor, past: Tensor) -> Tensor:
+    """The (B, 1, N, T + N) mask when the N new inputs are attended after the
+    (B, H, T, D) cache: its slots before ``start``, then the inputs' ancestors."""
+    slots = arange_like(past, 2)  # (T,)
+    batch, new = start.size(0), ancestors.size(0)
+    old = (slots.view(1, 1, -1) < start.view(-1, 1, 1)).expand(batch, new, -1)  # (B, N, T)
+    return torch.cat([old, ancestors.expand(batch, new, new)], dim=2).unsqueeze(1)
+
+
 class VerifyGraph(nn.Module):
     """N new inputs per row against the full cache -> logits, states, new keys/values.
 
@@ -194,13 +203,19 @@ class VerifyGraph(nn.Module):
     left the runtime), ``hidden`` (B, N, C), ``new_keys`` and ``new_values``
     (L, B, H, N, D); with ``certified``, ``bound`` (B, N) too: the logits come
     from the 8-bit projection of :mod:`.projection`, exact only above ``bound``.
+    ``same_bits``: a position scores the same bits in a pass over any number of
+    positions (:func:`_attend_rows`; ~15% slower at batch 1 on an AMD EPYC; the
+    8-bit graphs, whose activation quantization turns last-bit differences into
+    other tokens: fp32's need an exact fp32 tie to).
     """
 
-    def __init__(self, verifier: LeanVerifier, certified: bool = False):
+    def __init__(self, verifier: LeanVerifier, certified: bool = False,
+                 same_bits: bool = False):
         super().__init__()
         self.verifier = verifier
         self.projection = (CertifiedProjection(verifier.output_t.t()) if certified
                            else None)
+        self.same_bits = same_bits
 
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, offsets: Tensor,
                 ancestors: Tensor, *kv: Tensor):
@@ -208,7 +223,17 @@ class VerifyGraph(nn.Module):
         layers = len(lean.layers)
         past, cross = kv[: 2 * layers], kv[2 * layers:]
         x = lean.embed_inputs(tokens, start.unsqueeze(1) + offsets)  # (B, N, C)
-        index, mask = _block_slots(start, offsets, ancestors, past[0])
+        if self.same_bits:  # the new inputs at their own slots, see _attend_rows
+            index, mask = _block_slots(start, offsets, ancestors, past[0])
+            attention = _attend_rows
+
+            def place(cache: Tensor, new: Tensor) -> Tensor:
+                return _ScatterND.apply(cache, index, new)
+        else:  # after the cache: cheaper, and rounds by the number of positions
+            mask, attention = _after_cache_mask(start, ancestors, past[0]), attend
+
+            def place(cache: Tensor, new: Tensor) -> Tensor:
+                return torch.cat([cache, new], dim=2)
         new_keys: List[Tensor] = []
         new_values: List[Tensor] = []
         for layer, weights in enumerate(lean.layers):
@@ -216,15 +241,10 @@ class VerifyGraph(nn.Module):
             def store(key: Tensor, value: Tensor, layer: int = layer):
                 new_keys.append(key)
                 new_values.append(value)
-                # The new inputs at their own slots (the loop writes them there after
-                # the call), not after the cache: each key is then summed over at the
-                # index a one-position pass sums it at, which makes a position's
-                # scores the same bits whatever the number of positions in the pass.
-                return (_ScatterND.apply(past[2 * layer], index, key),
-                        _ScatterND.apply(past[2 * layer + 1], index, value))
+                return place(past[2 * layer], key), place(past[2 * layer + 1], value)
 
             memory = CrossKV(cross[2 * layer], cross[2 * layer + 1], memory_mask)
-            x = graph_layer(weights, x, store, mask, memory, _attend_rows)
+            x = graph_layer(weights, x, store, mask, memory, attention)
         x = norm_if(True, x, lean.final_norm)
         if self.projection is None:
             logits, bound = torch.matmul(x, lean.output_t), None  # (B, N, V)
