@@ -252,11 +252,15 @@ def test_corrupt_or_stale_cache_is_rebuilt(tmp_path, caplog):
     (directory / export.VERIFY).write_bytes(good[: len(good) // 2])  # truncated
     with caplog.at_level(logging.WARNING):
         again = export.graph_dir(model, pad, eos, False, root=tmp_path / "cache")
-    assert again == directory and "rebuilding" in caplog.text
+    assert again == directory and "stale or corrupt: rebuilding" in caplog.text
     assert export.file_sha256(directory / export.VERIFY) == manifest["files"][export.VERIFY]
-    # A manifest from another exporter version is stale: rebuilt, not trusted.
+    # A manifest from another exporter version is stale: rebuilt, not trusted, and
+    # the warning says it is an upgrade, not damage.
     (directory / export.MANIFEST).write_text(json.dumps(dict(manifest, export_version=-1)))
-    export.graph_dir(model, pad, eos, False, root=tmp_path / "cache")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        export.graph_dir(model, pad, eos, False, root=tmp_path / "cache")
+    assert "written by another release or runtime: rebuilding" in caplog.text
     assert json.loads((directory / export.MANIFEST).read_text()) == manifest
     # Other weights, other key.
     with torch.no_grad():

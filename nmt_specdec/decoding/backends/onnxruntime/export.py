@@ -131,7 +131,9 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     if _is_valid(directory, identity):
         return directory
     if directory.exists():
-        logger.warning("ONNX cache %s is stale or corrupt: rebuilding it", directory)
+        why = ("written by another release or runtime" if _other_exporter(directory, identity)
+               else "stale or corrupt")
+        logger.warning("ONNX cache %s is %s: rebuilding it", directory, why)
         shutil.rmtree(directory, ignore_errors=True)
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +178,17 @@ def _refine(model: nn.Module) -> tuple:
     head = getattr(model, "draft_head", None)
     steps = getattr(head, "refine_steps", 0)
     return (steps, head.refine_shortlist) if steps else (0, 0)
+
+
+def _other_exporter(directory: Path, identity: Dict) -> bool:
+    """Whether the cached graphs' manifest is intact but from another exporter
+    version, torch or onnxruntime (an upgrade, not damage)."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        return any(manifest.get(key) != identity[key]
+                   for key in ("export_version", "torch", "onnxruntime"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _is_valid(directory: Path, identity: Dict) -> bool:
