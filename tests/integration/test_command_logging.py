@@ -102,3 +102,14 @@ def test_quiet_silences_a_library_that_configured_itself(capsys, restore_logging
     err = capsys.readouterr().err
     assert "start to quantize" not in err
     assert "a real problem" in err and "after the block" in err
+
+
+def test_readme_tables_script_prints_no_library_log() -> None:
+    """The maintainers' table printer imports fairseq, which logs INFO lines as it
+    loads: stderr stays empty, stdout has the table."""
+    results = REPO_ROOT / "docs" / "results" / "gettext_main_amd.json"
+    proc = subprocess.run([sys.executable, "scripts/readme_tables.py", str(results)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr == ""
+    assert "| batch | decoder |" in proc.stdout
