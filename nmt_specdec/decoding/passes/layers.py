@@ -182,8 +182,9 @@ def one_query_at_a_time(x: Tensor) -> bool:
     K+1 positions could score a position otherwise than greedy's one-position
     step, and a near-tie flip: beta=1 would differ from greedy of the same
     precision. One query per call, over exactly the keys greedy's step sees, is
-    the same kernel call as greedy's (float32 kernels do not round by query count
-    here, and GPUs are not measured yet: they keep one call)."""
+    the same kernel call as greedy's. Float32 rounds by query count too, but in
+    the last float32 bits, which only an exact float32 tie turns into another
+    token (500/500 so far), so it keeps one call, as GPUs do (not measured yet)."""
     return x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
 
 

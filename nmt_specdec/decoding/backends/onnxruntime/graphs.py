@@ -118,8 +118,8 @@ def _attend_rows(q: Tensor, k: Tensor, v: Tensor, mask, scale: float) -> Tensor:
     alike even for one), so a query of zeros is appended and dropped.
     With the new keys at their own slots (:class:`VerifyGraph`), a position then
     scores the same bits in a pass over 1 or K+1 positions, and beta=1 is the
-    verifier's own greedy output, fp32 and 8-bit alike (an 8-bit verifier's
-    activation quantization turned last-bit differences into other tokens).
+    verifier's own greedy output (used by the 8-bit graphs, whose activation
+    quantization turned last-bit differences into other tokens).
     ``mask``: shared by the queries, or with a row for the appended one too."""
     return attend(F.pad(q, (0, 0, 0, 1)), k, v, mask, scale)[:, :, :-1]
 
