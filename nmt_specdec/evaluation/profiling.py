@@ -90,7 +90,7 @@ def instrumented(generator, device: torch.device) -> Iterator[_Clock]:
     backend, drafter, verifier = generator.backend, generator.drafter, generator.lean_verifier()
     patches = [(backend, "encode"), (drafter, "propose"), (verifier, "verify")]
     if getattr(backend, "name", None) == "onnxruntime":  # every graph's calls go through it
-        from nmt_specdec.decoding.backends.onnxruntime.session import GraphSession
+        from nmt_specdec.decoding.backends.onnxruntime.graph_session import GraphSession
 
         patches.append((GraphSession, "run"))
         clock.seconds[RUNTIME] = 0.0

@@ -99,7 +99,8 @@ class LeanEncoderGraph(nn.Module):
         for w in self.layers:
             scale = (w.out[1].size(0) // w.heads) ** -0.5
             h = norm_if(w.normalize_before, x, w.self_norm)
-            q, k, v = (split_heads(t, w.heads) for t in linear(h, w.qkv).chunk(3, dim=-1))
+            dim = w.out[1].size(0)  # constant split sizes (chunk() computes them in the graph)
+            q, k, v = (split_heads(t, w.heads) for t in linear(h, w.qkv).split(dim, dim=-1))
             a = attend(q, k, v, mask, scale)
             x = norm_if(not w.normalize_before, x + linear(merge_heads(a), w.out), w.self_norm)
             h = norm_if(w.normalize_before, x, w.final_norm)
@@ -108,7 +109,7 @@ class LeanEncoderGraph(nn.Module):
         x = norm_if(True, x, self.final_norm)
         outputs = []
         for w in self.cross:  # as layers.cross_kv, batch first
-            key, value = linear(x, w.cross_kv).chunk(2, dim=-1)
+            key, value = linear(x, w.cross_kv).split(w.cross_kv[1].size(1) // 2, dim=-1)
             outputs += [split_heads(key, w.heads), split_heads(value, w.heads)]
         return (mask, *outputs)
 

@@ -46,7 +46,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 17  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 18  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -251,7 +251,8 @@ _BATCH, _SOURCE = {0: "batch"}, {0: "batch", 2: "source"}
 _MEMORY_MASK = {"memory_mask": {0: "batch", 3: "source"}}
 _VERIFY_OUTPUTS = {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 1: "new"},
                    "hidden": {0: "batch", 1: "new"},
-                   "new_keys": {1: "batch", 3: "new"}, "new_values": {1: "batch", 3: "new"}}
+                   "new_keys": {0: "layers_batch", 2: "new"},
+                   "new_values": {0: "layers_batch", 2: "new"}}
 
 
 def _verify_inputs(layers: int, extra: Optional[Dict] = None) -> Dict:

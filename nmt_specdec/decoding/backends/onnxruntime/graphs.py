@@ -142,7 +142,8 @@ def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV,
     pre, heads = w.normalize_before, w.heads
     scale = (w.self_out[1].size(0) // heads) ** -0.5  # 1/sqrt(D), a constant
     h = norm_if(pre, x, w.self_norm)
-    q, k, v = linear(h, w.self_qkv).chunk(3, dim=-1)
+    # Constant sizes: chunk() exports six shape ops to compute them.
+    q, k, v = linear(h, w.self_qkv).split(w.self_out[1].size(0), dim=-1)
     keys, values = self_kv(split_heads(k, heads), split_heads(v, heads))
     a = attention(split_heads(q, heads), keys, values, self_mask, scale)
     x = norm_if(not pre, x + linear(merge_heads(a), w.self_out), w.self_norm)
@@ -253,7 +254,8 @@ class VerifyGraph(nn.Module):
         # Spelled out: ONNX Runtime's ReduceLogSumExp took 110 us here, these 12 us.
         best = logits.amax(dim=-1, keepdim=True)
         lse = (best + (logits - best).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
-        outputs = (logits, lse, x, torch.stack(new_keys), torch.stack(new_values))
+        # (L*B, H, N, D): the memory of (L, B, H, N, D) without L Unsqueeze ops.
+        outputs = (logits, lse, x, torch.cat(new_keys), torch.cat(new_values))
         return outputs if bound is None else (*outputs, bound)
 
 

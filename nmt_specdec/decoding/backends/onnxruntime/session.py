@@ -13,12 +13,9 @@ D head dim, C model dim, V vocabulary, K draft slots.
 
 from __future__ import annotations
 
-import math
 import weakref
-from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -29,6 +26,7 @@ from nmt_specdec.decoding.backends.onnxruntime.drafters import (
     OrtDrafter,
     candidate_slots,
 )
+from nmt_specdec.decoding.backends.onnxruntime.graph_session import GraphSession, Scratch
 from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
@@ -36,12 +34,7 @@ from nmt_specdec.decoding.draft_tree import parent_index
 from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 from nmt_specdec.errors import UserError
 
-UNSAFE_FUSIONS = ["MatMulIntegerToFloatFusion"]
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)
-_NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
-_EMPTY = torch.zeros(8, dtype=torch.int64)
-_TORCH = {"tensor(float)": torch.float32, "tensor(int64)": torch.int64,
-          "tensor(bool)": torch.bool}
 
 
 def require_onnxruntime():
@@ -71,118 +64,6 @@ class Memory(NamedTuple):
         return Memory(self.mask.index_select(0, rows),
                       [t.index_select(0, rows) for t in self.cross],
                       [t.index_select(0, rows) for t in self.draft])
-
-
-class GraphSession:
-    """One graph: positional torch inputs in, preallocated torch outputs filled.
-
-    One ``IOBinding`` is kept; a name is re-bound only when its tensor's address,
-    shape or type changed since the last call (the cache, the encoder memory and
-    the output buffers stay put for a whole batch, so a warm step re-binds only
-    the few inputs that move, ~5 us saved per binding), and a tensor that is the
-    very object bound last call is not looked at (a few us each, ~20 a verify call).
-    Buffers passed here are never resized in place. Binding goes
-    through the pybind object directly when this onnxruntime has it (the public
-    wrapper builds an ``OrtDevice`` per bound tensor, a few microseconds each,
-    ~20 per verify call); otherwise through the public API.
-    """
-
-    def __init__(self, ort, path: Path, threads: int, declared: Sequence[str]):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # The fusion of the encoder's per-row 8-bit products (quantize.quantize_rows)
-        # into MatMulIntegerToFloat reads one scale for all rows: wrong results
-        # (onnxruntime 1.32, tests/unit/test_quantize_rows.py); unfused they are exact.
-        self.session = ort.InferenceSession(str(path), options,
-                                            providers=["CPUExecutionProvider"],
-                                            disabled_optimizers=UNSAFE_FUSIONS)
-        self.inputs = [i.name for i in self.session.get_inputs()]
-        # run() takes the inputs the graph was declared with; these it still has.
-        self.picked = [list(declared).index(name) for name in self.inputs]
-        self.outputs = [o.name for o in self.session.get_outputs()]
-        # fairseq's int32 lengths etc. are cast to what the graph declares.
-        self.input_types = [_TORCH[i.type] for i in self.session.get_inputs()]
-        self.binding = self.session.io_binding()
-        self._bound: Dict[str, tuple] = {}  # name -> (address, shape, dtype) bound now
-        # Per input, then output: the tensor object bound last call, if bound as it
-        # is. The same object needs no look at all (the loop's cache, the encoder
-        # memory and kept buffers are passed as the same objects step after step).
-        self._last: List[Optional[Tensor]] = [None] * (len(self.inputs) + len(self.outputs))
-        self._fast = None
-        try:  # (pybind binding, C device, pybind session)
-            device = ort.OrtDevice.make("cpu", 0)._get_c_device()
-            self._fast = (self.binding._iobinding, device, self.session._sess)
-        except AttributeError:
-            pass
-
-    def run(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
-        """``inputs`` in the declared order, ``outputs`` in the graph's."""
-        inputs = [inputs[i] for i in self.picked]
-        alive = []  # casts and contiguous copies must outlive the call
-        last = self._last
-        slot = 0
-        for names, tensors, is_input in ((self.inputs, inputs, True),
-                                         (self.outputs, outputs, False)):
-            for index, (name, tensor) in enumerate(zip(names, tensors)):
-                slot += 1
-                if last[slot - 1] is tensor:  # the very tensor bound as it is last call
-                    continue
-                given = tensor
-                if is_input and tensor.dtype is not self.input_types[index]:
-                    tensor = tensor.to(self.input_types[index])
-                tensor = tensor.contiguous()
-                alive.append(tensor)
-                self._bind(is_input, name, tensor)
-                # Kept (and so never freed and its id never reused) only when bound as is.
-                last[slot - 1] = given if tensor is given else None
-        if self._fast is not None:
-            self._fast[2].run_with_iobinding(self._fast[0], None)
-        else:
-            self.session.run_with_iobinding(self.binding)
-
-    def _bind(self, is_input: bool, name: str, tensor: Tensor) -> None:
-        shape, dtype = tuple(tensor.shape), _NUMPY[tensor.dtype]
-        # An empty tensor has no data pointer, which binding refuses; any valid
-        # address serves for zero elements.
-        pointer = tensor.data_ptr() or _EMPTY.data_ptr()
-        # The same address, shape and type is the same binding: whatever tensor
-        # lies there now, the runtime reads (or writes) the right memory.
-        key = (pointer, shape, dtype)
-        if self._bound.get(name) == key:
-            return
-        self._bound[name] = key
-        if self._fast is not None:
-            binding, device, _ = self._fast
-            bind = binding.bind_input if is_input else binding.bind_output
-            bind(name, device, dtype, shape, pointer)
-        else:
-            bind = self.binding.bind_input if is_input else self.binding.bind_output
-            bind(name, "cpu", 0, dtype, shape, pointer)
-
-
-class Scratch:
-    """Grow-only flat buffers that a call's outputs are views of: once the largest
-    shape has been seen, a step allocates nothing. A view is valid until the
-    next call that takes the same name."""
-
-    def __init__(self) -> None:
-        self._flat: Dict[str, Tensor] = {}
-        self._views: Dict[str, Tuple[tuple, Tensor]] = {}  # name -> the last view taken
-
-    def take(self, name: str, shape: Sequence[int], dtype=torch.float32) -> Tensor:
-        shape = tuple(shape)
-        last = self._views.get(name)
-        if last is not None and last[0] == shape:  # the same view object: binding skips it
-            return last[1]
-        numel = math.prod(shape)
-        flat = self._flat.get(name)
-        if flat is None or flat.numel() < numel:
-            flat = self._flat[name] = torch.empty(numel, dtype=dtype)
-        view = flat[:numel].view(*shape)
-        self._views[name] = (shape, view)
-        return view
 
 
 class OrtVerifier(VerifierCalls):
@@ -236,7 +117,8 @@ class OrtVerifier(VerifierCalls):
         logits = take("logits", (batch, new, b.vocab))
         lse = take("normaliser", (batch, new))
         hidden = take("hidden", (batch, new, b.dim))
-        keys = take("keys", (b.layers, batch, b.heads, new, b.dim // b.heads))
+        # (L*B, H, N, D) as the graph returns them (no Unsqueeze per layer).
+        keys = take("keys", (b.layers * batch, b.heads, new, b.dim // b.heads))
         values = take("values", keys.shape)
         cache.reserve(start_max + new)  # before the graph reads the buffers
         past = self._past_views(cache)
@@ -263,7 +145,8 @@ class OrtVerifier(VerifierCalls):
                               *cross.cross], outputs)
         # The graph read the whole cache; the shared cache code writes the new slots.
         cache.begin_pass(start, new, start_max, uniform, mask=False)
-        cache.store_all(keys, values)
+        shape = (b.layers, batch, *keys.shape[1:])
+        cache.store_all(keys.view(shape), values.view(shape))
         return Verified(hidden, logits, lse, decision, bound)
 
     def exact_logits(self, hidden: Tensor) -> Tensor:

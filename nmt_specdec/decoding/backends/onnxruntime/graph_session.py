@@ -1,0 +1,141 @@
+"""One exported graph run by ONNX Runtime on torch tensors bound in place
+(:class:`GraphSession`), and the grow-only buffers its outputs go to
+(:class:`Scratch`)."""
+
+from __future__ import annotations
+
+import math
+from itertools import compress
+from operator import is_not
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+# Runtime fusions the sessions leave out. MatMulIntegerToFloat: wrong for the
+# encoder's per-row 8-bit products (see GraphSession). SkipLayerNormalization:
+# slower than the Add and LayerNormalization it replaces (the 8-bit encoder over
+# 12 source rows took 370 us with its 6 fusions, 315 without; onnxruntime 1.32,
+# AMD EPYC).
+DISABLED_FUSIONS = ["MatMulIntegerToFloatFusion", "SkipLayerNormFusion"]
+_NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
+_EMPTY = torch.zeros(8, dtype=torch.int64)
+_TORCH = {"tensor(float)": torch.float32, "tensor(int64)": torch.int64,
+          "tensor(bool)": torch.bool}
+
+
+class GraphSession:
+    """One graph: positional torch inputs in, preallocated torch outputs filled.
+
+    One ``IOBinding`` is kept; a name is re-bound only when its tensor's address,
+    shape or type changed since the last call (the cache, the encoder memory and
+    the output buffers stay put for a whole batch, so a warm step re-binds only
+    the few inputs that move, ~5 us saved per binding), and a tensor that is the
+    very object bound last call is not looked at (a few us each, ~20 a verify call).
+    Buffers passed here are never resized in place. Binding goes
+    through the pybind object directly when this onnxruntime has it (the public
+    wrapper builds an ``OrtDevice`` per bound tensor, a few microseconds each,
+    ~20 per verify call); otherwise through the public API.
+    """
+
+    def __init__(self, ort, path: Path, threads: int, declared: Sequence[str]):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # The fusion of the encoder's per-row 8-bit products (quantize.quantize_rows)
+        # into MatMulIntegerToFloat reads one scale for all rows: wrong results
+        # (onnxruntime 1.32, tests/unit/test_quantize_rows.py); unfused they are
+        # exact. See DISABLED_FUSIONS.
+        self.session = ort.InferenceSession(str(path), options,
+                                            providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=DISABLED_FUSIONS)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        # run() takes the inputs the graph was declared with; these it still has.
+        self.picked = [list(declared).index(name) for name in self.inputs]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        # fairseq's int32 lengths etc. are cast to what the graph declares.
+        self.input_types = [_TORCH[i.type] for i in self.session.get_inputs()]
+        self.binding = self.session.io_binding()
+        self._bound: Dict[str, tuple] = {}  # name -> (address, shape, dtype) bound now
+        # Per input, then output: the tensor object bound last call, if bound as it
+        # is. The same object needs no look at all (the loop's cache, the encoder
+        # memory and kept buffers are passed as the same objects step after step).
+        self._last: List[Optional[Tensor]] = [None] * (len(self.inputs) + len(self.outputs))
+        self._fast = None
+        try:  # (pybind binding, C device, pybind session)
+            device = ort.OrtDevice.make("cpu", 0)._get_c_device()
+            self._fast = (self.binding._iobinding, device, self.session._sess)
+        except AttributeError:
+            pass
+
+    def run(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        """``inputs`` in the declared order, ``outputs`` in the graph's."""
+        tensors = [inputs[i] for i in self.picked] + list(outputs)
+        # Most tensors are the very ones bound as they are last call: compared in
+        # one pass at C speed, only the others are looked at.
+        bound = [self._rebind(slot, tensors[slot]) for slot in
+                 compress(range(len(tensors)), map(is_not, tensors, self._last))]
+        if self._fast is not None:
+            self._fast[2].run_with_iobinding(self._fast[0], None)
+        else:
+            self.session.run_with_iobinding(self.binding)
+        del bound  # casts and contiguous copies had to outlive the call
+
+    def _rebind(self, slot: int, given: Tensor) -> Tensor:
+        """Binds input (or output, past the inputs) ``slot`` to ``given``; returns
+        the tensor bound, which must live until the call."""
+        is_input = slot < len(self.inputs)
+        name = self.inputs[slot] if is_input else self.outputs[slot - len(self.inputs)]
+        tensor = given
+        if is_input and tensor.dtype is not self.input_types[slot]:
+            tensor = tensor.to(self.input_types[slot])
+        tensor = tensor.contiguous()
+        self._bind(is_input, name, tensor)
+        # Kept (and so never freed and its id never reused) only when bound as is.
+        self._last[slot] = given if tensor is given else None
+        return tensor
+
+    def _bind(self, is_input: bool, name: str, tensor: Tensor) -> None:
+        shape, dtype = tuple(tensor.shape), _NUMPY[tensor.dtype]
+        # An empty tensor has no data pointer, which binding refuses; any valid
+        # address serves for zero elements.
+        pointer = tensor.data_ptr() or _EMPTY.data_ptr()
+        # The same address, shape and type is the same binding: whatever tensor
+        # lies there now, the runtime reads (or writes) the right memory.
+        key = (pointer, shape, dtype)
+        if self._bound.get(name) == key:
+            return
+        self._bound[name] = key
+        if self._fast is not None:
+            binding, device, _ = self._fast
+            bind = binding.bind_input if is_input else binding.bind_output
+            bind(name, device, dtype, shape, pointer)
+        else:
+            bind = self.binding.bind_input if is_input else self.binding.bind_output
+            bind(name, "cpu", 0, dtype, shape, pointer)
+
+
+class Scratch:
+    """Grow-only flat buffers that a call's outputs are views of: once the largest
+    shape has been seen, a step allocates nothing. A view is valid until the
+    next call that takes the same name."""
+
+    def __init__(self) -> None:
+        self._flat: Dict[str, Tensor] = {}
+        self._views: Dict[str, Tuple[tuple, Tensor]] = {}  # name -> the last view taken
+
+    def take(self, name: str, shape: Sequence[int], dtype=torch.float32) -> Tensor:
+        shape = tuple(shape)
+        last = self._views.get(name)
+        if last is not None and last[0] == shape:  # the same view object: binding skips it
+            return last[1]
+        numel = math.prod(shape)
+        flat = self._flat.get(name)
+        if flat is None or flat.numel() < numel:
+            flat = self._flat[name] = torch.empty(numel, dtype=dtype)
+        view = flat[:numel].view(*shape)
+        self._views[name] = (shape, view)
+        return view
