@@ -89,7 +89,11 @@ def decode_single_row(parts: LoopParts, batch: Batch) -> List[tuple]:
         # Drafts committed, none past an EOS: what drafting K bought this sentence.
         end_turn(parts, k, [count - 1] if parts.k_policy.wants_counts else [], started)
     parts.stats.sentences += 1
-    parts.stats.add_tally(*tally_turns(*map(torch.tensor, zip(*turns)), batch.k_max))
+    if any(turn[0] for turn in turns):
+        tally = tally_turns(*map(torch.tensor, zip(*turns)), batch.k_max)
+    else:  # nothing drafted, nothing per slot: skip the tensor ops
+        tally = ([0] * batch.k_max, [0] * batch.k_max, len(turns), sum(t[2] for t in turns))
+    parts.stats.add_tally(*tally)
     return [(torch.tensor(row.committed[1:]),
              torch.tensor(row.scores[1:], dtype=batch.rows.scores.dtype), len(turns))]
 
@@ -148,11 +152,11 @@ class _HostRow:
             logits, lse = constrained_scores(parts.verifier, verified, constrain,
                                              certainty_margin(options.beta, options.tau),
                                              on_host=True)
-        flat = logits[0].detach().numpy()  # (N, V), the same memory as ``logits``
+        flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
         if decided is None:
             width = 1 if tree is None else options.candidates
             decided = host_accept(logits, flat, tokens, k, width, options.beta, options.tau)
-        return decided, flat, lse[0].detach().numpy()
+        return decided, flat, lse.detach().numpy()[0]
 
     def commit(self, decided: Decision, flat: np.ndarray, lse: np.ndarray,
                eos: int) -> Tuple[int, bool]:
@@ -199,6 +203,8 @@ def host_accept(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, wi
         tokens: (1, N) the verified inputs (last committed token, then the drafts).
         depth, width: K and C (1: a chain).
     """
+    if depth == 0:  # a greedy turn: the argmax, nothing to walk
+        return 0, int(flat[0].argmax()), False, [0], []
     inputs = tokens.tolist()[0]
     top1 = flat.argmax(axis=1)  # (N,)
     if beta == 1:
