@@ -11,16 +11,27 @@ from typing import Optional
 import torch
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere),
+    with its x86 family and model numbers: a virtual machine may show only "AMD
+    EPYC", and int8 outputs and speed ratios moved between two such generations
+    (family 25 and 26)."""
+    fields = {}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        with open(cpuinfo, encoding="utf-8") as handle:
             for line in handle:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if not line.strip():  # the first processor's block is enough
+                    break
+                fields.setdefault(key, value.strip())
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = next((fields[key] for key in ("model name", "hardware", "cpu model") if key in fields),
+                None) or platform.processor() or "unknown"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 # /proc/cpuinfo flag -> the name results tables give the instruction set: ratios

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nmt_specdec.evaluation.machine import cpu_isa, runtime_versions
+from nmt_specdec.evaluation.machine import cpu_isa, cpu_model, runtime_versions
 from nmt_specdec.evaluation.report import machine_line
 
 
@@ -14,6 +14,16 @@ def test_cpu_isa_reads_the_flags(tmp_path) -> None:
     cpuinfo.write_text("flags\t\t: fpu sse sse2\n")
     assert cpu_isa(str(cpuinfo)) == "no AVX2"
     assert cpu_isa(str(tmp_path / "missing")) == "unknown"
+
+
+def test_cpu_model_adds_family_and_model(tmp_path) -> None:
+    """A virtual machine's "AMD EPYC" alone does not tell two generations apart."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+                       "\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\n")
+    assert cpu_model(str(cpuinfo)) == "AMD EPYC (family 26, model 2)"
+    cpuinfo.write_text("Hardware\t: Some ARM board\n")
+    assert cpu_model(str(cpuinfo)) == "Some ARM board"
 
 
 def test_machine_line_names_isa_and_runtimes() -> None:
