@@ -210,14 +210,16 @@ def test_fused_draft_gives_the_same_drafts_in_fewer_calls(shipped, int8):
         backend = make_backend("onnxruntime", model, task.target_dictionary, int8, fused)
         before = backend.calls["draft"]
         spec = _generator(model, task, SETTINGS["k"], backend)
-        runs[fused] = (decode_all(spec, model, task, sources, 8), spec.stats,
+        # Batches of 4: from 8 rows the plain 8-bit backend verifies with its batch
+        # graph, which quantizes otherwise (the fused one keeps MatMulNBits).
+        runs[fused] = (decode_all(spec, model, task, sources, 4), spec.stats,
                        backend.calls["draft"] - before)
     (plain, plain_stats, plain_calls), (fused, fused_stats, fused_calls) = runs.values()
     assert fused == plain
     # The same drafts (the head's arithmetic on the same states), up to ties.
     assert abs(fused_stats.mean_accepted_tokens - plain_stats.mean_accepted_tokens) < 0.02
     # Each batch's first block, and where a length constraint changed the decision.
-    assert fused_calls <= len(sources) / 8 + plain_calls / 10
+    assert fused_calls <= len(sources) / 4 + plain_calls / 10
 
 
 def test_fp32_onnxruntime_equals_stock_greedy(shipped, backends):
@@ -402,3 +404,39 @@ def test_an_8bit_position_scores_the_same_bits_in_passes_of_any_size(shipped, ba
     for a, b in zip(one_by_one, chained):
         assert torch.equal(a, b)
     assert torch.equal(cache_a.key[:, :, :, :5], cache_b.key[:, :, :, :5])
+
+
+def test_8bit_batches_verify_with_the_batch_graph_to_their_last_row(shipped, backends):
+    """From ROWS_FROM rows a batch verifies with the per-row integer graph, a smaller
+    one with MatMulNBits; a batch keeps its graph as its rows finish (beta=1 is its
+    greedy: the test above at batch 8), and a row scores the same bits alone as in
+    the batch through that graph."""
+    from nmt_specdec.decoding.backends.onnxruntime import export
+    from nmt_specdec.decoding.backends.onnxruntime.session import ROWS_FROM
+
+    model, task, sources = shipped
+    backend = backends[True]
+    assert (backend.directory / export.VERIFY_ROWS).exists()
+    assert not (backends[False].directory / export.VERIFY_ROWS).exists()
+    verifier = backend.verifier()
+    pad = task.source_dictionary.pad()
+    batch = torch.nn.utils.rnn.pad_sequence(  # left-padded, as fairseq batches
+        [s.flip(0) for s in sources[:ROWS_FROM]], batch_first=True, padding_value=pad).flip(1)
+    lengths = batch.ne(pad).sum(1)
+    memory = backend.encode({"src_tokens": batch, "src_lengths": lengths})
+    tokens = torch.full((ROWS_FROM, 1), task.target_dictionary.eos())
+    start = torch.zeros(ROWS_FROM, dtype=torch.long)
+
+    def first_logits(cache, rows, memory):
+        return verifier.verify(tokens[:rows], start[:rows], 0, cache, memory, True).logits.clone()
+
+    big = verifier.new_cache(ROWS_FROM, 8)
+    small = verifier.new_cache(ROWS_FROM - 1, 8)
+    graphs = verifier._graph_of
+    assert graphs[big] is verifier._batch_graph() and small not in graphs
+    in_batch = first_logits(big, ROWS_FROM, memory)
+    big.keep_rows(torch.tensor([0]))  # the batch's last row: still the batch graph
+    alone = first_logits(big, 1, verifier.keep_rows(memory, torch.tensor([0])))
+    assert torch.equal(alone[0], in_batch[0])
+    plain = first_logits(verifier.new_cache(1, 8), 1, verifier.keep_rows(memory, torch.tensor([0])))
+    assert not torch.equal(plain[0], in_batch[0])  # the other graph quantizes otherwise

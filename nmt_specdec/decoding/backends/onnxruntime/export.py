@@ -46,11 +46,14 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 18  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 19  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
 FUSED = "fused.onnx"  # verify, accept, then draft once (--fused-draft)
+# The 8-bit verifier for batches: per-row integer products (quantize_rows), which
+# beat MatMulNBits from ~4 rows on (see OrtVerifier.new_cache).
+VERIFY_ROWS = "verify_rows.onnx"
 
 
 def input_names(graph: str, layers: int, draft_layers: int) -> list:
@@ -60,6 +63,8 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
     draft = kv_names("draft", draft_layers)
     return {ENCODER: ["src_tokens", "src_lengths"],
             VERIFY: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past, *cross],
+            VERIFY_ROWS: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past,
+                          *cross],
             DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", "candidate_slots",
                     *draft],
             FUSED: ["tokens", "start", "memory_mask", "offsets", "ancestors", "parents",
@@ -146,6 +151,9 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
         files = export_graphs(model, pad, building, fused, certified, same_bits=int8)
         quantized = ([name for name in files if name != ENCODER] if int8 else
                      [DRAFT] if int8_draft and DRAFT in files else [])
+        if _has_rows_graph(identity):
+            shutil.copy(building / VERIFY, building / VERIFY_ROWS)
+            files.append(VERIFY_ROWS)
         if quantized or certified:
             from nmt_specdec.decoding.backends.onnxruntime.quantize import (
                 quantize_graph,
@@ -154,6 +162,8 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
 
             if int8:  # many rows per product: see quantize_rows
                 quantize_rows(building / ENCODER)
+            if VERIFY_ROWS in files:
+                quantize_rows(building / VERIFY_ROWS)
             for name in quantized:
                 quantize_graph(building / name)
             if int8_draft and FUSED in files:  # its draft head as the draft graph's
@@ -170,6 +180,12 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return directory
+
+
+def _has_rows_graph(identity: Dict) -> bool:
+    """Whether the variant has :data:`VERIFY_ROWS`: 8-bit, and no fused graph (whose
+    calls a batch would then mix with another graph's, and beta=1 with them)."""
+    return identity["int8"] and not identity["fused"]
 
 
 def _refine(model: nn.Module) -> tuple:
@@ -198,6 +214,7 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
             return False
         wanted = {ENCODER, VERIFY} | ({DRAFT} if identity["draft_head"] else set())
         wanted |= {FUSED} if identity["draft_head"] and identity["fused"] else set()
+        wanted |= {VERIFY_ROWS} if _has_rows_graph(identity) else set()
         files = manifest["files"]
         return wanted <= set(files) and all(
             file_sha256(directory / name) == digest for name, digest in files.items())
