@@ -14,8 +14,7 @@ import torch
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere),
     with its x86 family and model numbers: a virtual machine may show only "AMD
-    EPYC", and int8 outputs and speed ratios moved between two such generations
-    (family 25 and 26)."""
+    EPYC", whatever its generation (family 25: Zen 3 and 4; 26: Zen 5)."""
     fields = {}
     try:
         with open(cpuinfo, encoding="utf-8") as handle:
