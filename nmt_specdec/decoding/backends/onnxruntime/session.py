@@ -35,7 +35,7 @@ from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 from nmt_specdec.errors import UserError
 
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)
-ROWS_FROM = 8  # batches of this many rows verify with the 8-bit batch graph (new_cache)
+ROWS_FROM = 8  # batches of this many rows or more verify with the 8-bit batch graph
 
 
 def require_onnxruntime():
@@ -68,8 +68,10 @@ class Memory(NamedTuple):
 
 
 class OrtVerifier(VerifierCalls):
-    """The verify graph. Its results are views of preallocated buffers, valid until
-    the next ``verify`` (the loop consumes them within the iteration)."""
+    """The verify graph (with ``--int8``, also the batch graph for batches of
+    ``ROWS_FROM`` rows or more: see :meth:`new_cache`). Its results are views of
+    preallocated buffers, valid until the next ``verify`` (the loop consumes them
+    within the iteration)."""
 
     def __init__(self, session: GraphSession, backend: "OrtBackend",
                  rows: Optional[Callable[[], Optional[GraphSession]]] = None):
@@ -114,10 +116,11 @@ class OrtVerifier(VerifierCalls):
         # cost more in copies and new shapes than it saved: ~4% at batch 1).
         cache = StaticKVCache(b.layers, batch, b.heads, slots, b.dim // b.heads, like=self.embed,
                               grow_by=CACHE_CHUNK if batch > 1 else 0)
-        if batch >= ROWS_FROM and self._batch_graph() is not None:
+        graph = self._batch_graph() if batch >= ROWS_FROM else None
+        if graph is not None:
             # The whole batch, to its last row, verifies with this one graph: beta=1
             # is then its greedy (the two graphs quantize the weights differently).
-            self._graph_of[cache] = self._batch_graph()
+            self._graph_of[cache] = graph
         return cache
 
     def _batch_graph(self) -> Optional[GraphSession]:
