@@ -141,7 +141,9 @@ class SpecDecGenerator(nn.Module):
         # drafter's per-batch state is part of what drafting costs.
         started = time.perf_counter()
         self.k_policy.start_batch(max_len.numel())
-        if self.k_policy.may_draft:  # a greedy batch of --spec-k auto reads no draft state
+        # A batch that will not draft (--spec-k 0, or a greedy batch of --spec-k auto)
+        # reads no draft state: the torch drafter's would cost its cross keys/values.
+        if self.k_policy.may_draft and self.options.k:
             self.drafter.start_batch(sample, encoder_out)
         bos = self.eos if bos_token is None else bos_token
         finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos, started)

@@ -202,3 +202,17 @@ def test_auto_greedy_batches_start_no_drafter(toy):
         assert generator.k_policy.may_draft is drafts
         assert ("start_batch" in calls) is drafts
         assert drafts or "keep_rows" not in calls
+
+
+def test_spec_k_0_starts_no_drafter(toy):
+    # --spec-k 0 never drafts: like a greedy batch of auto, it must not pay for the
+    # draft head's per-batch state (the engine greedy rows' baseline).
+    _, model, dictionary = toy
+    generator = SpecDecGenerator.from_generation_args(
+        model, dictionary, DecodingOptions(k=0), generation_args())
+    calls = []
+    start = generator.drafter.start_batch
+    generator.drafter.start_batch = lambda *args: calls.append(1) or start(*args)
+    sample = source_batch(dictionary, [3, 9, 5, 12], seed=5)
+    hyps = [h[0]["tokens"].tolist() for h in generator.generate([model], sample)]
+    assert hyps == stock_greedy(model, dictionary, sample) and not calls
