@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from nmt_specdec.decoding.acceptance import accept_drafts, commit_tokens
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
+from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_layout
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
@@ -134,6 +135,11 @@ class SpecDecGenerator(nn.Module):
             raise UserError("--spec-decoding does not support --prefix-size or constraints")
         if self.model.training:  # eval() walks every module: ~1 ms a batch at batch 1
             self.model.eval()
+        device = model_device(self.model)
+        with attention_kernels(device):
+            return self._generate(on_device(sample, device), bos_token)
+
+    def _generate(self, sample: dict, bos_token: Optional[int]) -> List[List[Dict]]:
         net_input = sample["net_input"]
         encoder_out = self.backend.encode(net_input)
         max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad)

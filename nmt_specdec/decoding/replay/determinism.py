@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.acceptance import constrain_lprobs
+from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import LengthRules
 from nmt_specdec.decoding.replay.ragged import compaction_index
@@ -211,8 +212,16 @@ class DeterministicGenerator(nn.Module):
                  bos_token: Optional[int] = None, **kwargs) -> List[List[Dict]]:
         if prefix_tokens is not None or constraints is not None:
             raise UserError("--deterministic does not support --prefix-size or constraints")
+        device = model_device(self.replay.model)
+        sample = on_device(sample, device)
         proposals = self.fast.generate(models, sample, bos_token=bos_token, **kwargs)
         self.replay.model.eval()
+        with attention_kernels(device):
+            return self._replayed(sample, proposals, bos_token)
+
+    def _replayed(self, sample: dict, proposals: List[List[Dict]],
+                  bos_token: Optional[int]) -> List[List[Dict]]:
+        """Each row's fast output replayed in its fixed shape, in the batch's order."""
         bos = self.eos if bos_token is None else bos_token
         results = []
         for src, hypos in zip(sample["net_input"]["src_tokens"], proposals):
