@@ -19,10 +19,13 @@ import argparse
 import contextlib
 import logging
 import sys
+import warnings
 from typing import Iterator
 
 # This project's loggers: their INFO lines are progress a user wants to see.
 OWN_LOGGER = "nmt_specdec"
+# A compile-time warning's "module" is its file's path without ".py".
+LIBRARY_SOURCES = r".*[\\/]fairseq[\\/]"
 VERBOSE_HELP = "also show the INFO logs of fairseq, ONNX Runtime and other libraries"
 
 _verbose = False
@@ -77,6 +80,11 @@ def setup(verbose: bool = False) -> None:
     # fairseq's import-time basicConfig would otherwise have left it at DEBUG.
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger(OWN_LOGGER).setLevel(logging.INFO)
+    if not verbose:
+        # Python 3.12 compiles fairseq's modules with "invalid escape sequence"
+        # warnings (where no .pyc was written at install): about its source, not
+        # about the user's run.
+        warnings.filterwarnings("ignore", category=SyntaxWarning, module=LIBRARY_SOURCES)
 
 
 @contextlib.contextmanager

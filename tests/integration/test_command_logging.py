@@ -64,6 +64,17 @@ def test_library_info_is_shown_only_with_verbose() -> None:
     assert "INFO: fairseq.tasks" in loud.stderr
 
 
+def test_library_syntax_warnings_are_shown_only_with_verbose() -> None:
+    # Python 3.12 warns "invalid escape sequence" while it compiles fairseq's modules
+    # (where pip wrote no .pyc); Python names such a warning's module by its file.
+    code = ("from nmt_specdec import logs; logs.setup({}); import warnings\n"
+            "for path in ('/site/fairseq/models/asr.py', '/home/me/mine.py'):\n"
+            "    warnings.warn_explicit('invalid escape', SyntaxWarning, path, 1)")
+    quiet, loud = _run(code.format(False)), _run(code.format(True))
+    assert "fairseq" not in quiet.stderr and "/home/me/mine.py:1: SyntaxWarning" in quiet.stderr
+    assert "/site/fairseq/models/asr.py:1: SyntaxWarning" in loud.stderr
+
+
 @pytest.fixture()
 def restore_logging():
     root, own = logging.getLogger(), logging.getLogger(logs.OWN_LOGGER)

@@ -30,8 +30,9 @@ def test_half_rows_are_named_and_typed(bf16_results: dict) -> None:
             assert rows[f"{name} bf16", batch]["dtype"] == "bfloat16"
         # The half rows' own greedy is their "vs engine greedy" reference.
         assert rows["engine greedy bf16", batch]["speedup_vs_k0"] == pytest.approx(1.0)
-    cpu_has_bf16 = "bfloat16" in ctranslate2.get_supported_compute_types("cpu")
-    assert (("CTranslate2 greedy bf16", 1) in rows) == cpu_has_bf16
+    device = "cuda" if bf16_results["machine"]["device"].startswith("cuda") else "cpu"
+    has_bf16 = "bfloat16" in ctranslate2.get_supported_compute_types(device)
+    assert (("CTranslate2 greedy bf16", 1) in rows) == has_bf16
     assert ("CTranslate2 greedy fp32", 1) in rows
 
 
@@ -56,7 +57,7 @@ def test_half_beta1_differences_are_read_against_half_greedy(bf16_results: dict)
 def test_half_rows_run_on_torch_whatever_the_backend(toy: dict, onnx_cache) -> None:
     results = toy["script"].run(_config(toy, "ort", precisions=("float16",), beams=(1,),
                                         grid_beta=(1,), batch_sizes=(1,), repeats=1,
-                                        backends=("onnxruntime",)))
+                                        backends=("onnxruntime",), cpu=True))
     half = [row for row in results["rows"] if row["dtype"] == "float16"]
     assert {row["name"] for row in half} >= {"engine greedy fp16", "SpecDec K=4 β=1 fp16"}
     assert all(row["backend"] in (None, "torch") for row in half)

@@ -283,7 +283,8 @@ def test_stock_checkpoint_drafts_with_its_8bit_copy(toy: dict, onnx_cache) -> No
     results = toy["script"].run(_config(
         toy, "stock_copy", checkpoint=str(toy["stock"]), beams=(1,), grid_k=(0, 2),
         grid_beta=(1,), batch_sizes=(1,), repeats=1, max_sentences=8,
-        backends=("onnxruntime",), drafters=("head", "verifier-int8"), profile=True))
+        backends=("onnxruntime",), drafters=("head", "verifier-int8"), profile=True,
+        cpu=True))  # ONNX Runtime is the CPU backend
     rows = {r["name"]: r for r in results["rows"]}
     assert list(rows) == ["stock greedy", "engine greedy [onnxruntime]",
                           "SpecDec K=2 β=1 drafter=verifier-int8 [onnxruntime]"]

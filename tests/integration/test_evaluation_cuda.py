@@ -29,7 +29,7 @@ def test_evaluation_runs_on_cuda_end_to_end(toy: dict, monkeypatch) -> None:
     monkeypatch.setattr(mismatch, "logit_gaps", spy)
     results = toy["script"].run(_config(toy, "cuda", cpu=False, grid_auto=True,
                                         profile=True))
-    assert results["machine"]["device"] == "cuda" and results["machine"]["gpu"]
+    assert results["machine"]["device"].startswith("cuda") and results["machine"]["gpu"]
     assert results["memory"]["cuda_peak_mib"] > 0
     for row in results["rows"]:
         assert row["cuda_peak_mib"] > 0 and row["speedup"] > 0

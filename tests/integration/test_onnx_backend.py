@@ -311,7 +311,7 @@ def test_evaluate_runs_backends_and_ctranslate2_rows(shipped, tmp_path):
         src_file=str(SENTENCES), ref_file=str(SENTENCES),  # BLEU is not the point here
         spm_model=str(MODEL_DIR / "spm.model"), beams=(1,), grid_k=(0, SETTINGS["k"]),
         grid_beta=(1,), backends=("onnxruntime",), int8=True, ct2=True,
-        batch_sizes=(8,), repeats=1, warmup_batches=0, progress=False, **LENGTHS)
+        batch_sizes=(8,), repeats=1, warmup_batches=0, progress=False, cpu=True, **LENGTHS)
     rows = {row["name"]: row for row in run(cfg)["rows"]}
     assert rows["CTranslate2 greedy fp32"]["differs_from_greedy"] <= 1  # fp32, same weights
     assert rows["CTranslate2 greedy int8"]["role"] == "ct2"

@@ -35,7 +35,9 @@ def _two_products(path, rng) -> dict:
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])],
         [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(bias, "b")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    # IR version 8 goes with opset 17; onnx's newest may be newer than the runtime reads.
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
     return {"w1": w1, "w2": w2, "b": bias}
 
 
