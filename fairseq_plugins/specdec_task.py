@@ -133,6 +133,10 @@ class TranslationSpecDecTask(TranslationTask):
             if not hasattr(model, "freeze_verifier"):
                 raise UserError("--freeze-verifier needs --arch specdec_transformer*")
             model.freeze_verifier()
+            if not self.cfg.init_from_ar_checkpoint and not from_checkpoint:
+                # Training only: a checkpoint loaded to decode keeps its weights anyway.
+                logger.info("--freeze-verifier without --init-from-ar-checkpoint: the "
+                            "verifier keeps its current (e.g. resumed) weights")
         return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
@@ -162,9 +166,6 @@ def _check_options(cfg: TranslationSpecDecConfig) -> None:
     if options.k is not None and options.k >= cfg.max_target_positions:
         raise UserError(f"--spec-k {options.k} must be below --max-target-positions "
                         f"{cfg.max_target_positions}")
-    if cfg.freeze_verifier and not cfg.init_from_ar_checkpoint:
-        logger.info("--freeze-verifier without --init-from-ar-checkpoint: the verifier "
-                    "keeps its current (e.g. resumed) weights")
 
 
 def _load_ar_weights(model, path: str) -> None:

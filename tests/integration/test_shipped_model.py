@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,14 @@ def test_float16_on_disk_float32_in_memory(model_and_task) -> None:
     assert floats and all(v.dtype == torch.float16 for v in floats)
     model, _ = model_and_task
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_loading_to_decode_tells_nothing_about_training(caplog) -> None:
+    # The shipped model was trained with --freeze-verifier; its training notes are not
+    # for someone who loads it to translate.
+    with caplog.at_level(logging.INFO):
+        load_model()
+    assert not [r for r in caplog.records if "--freeze-verifier" in r.getMessage()]
 
 
 def test_resaved_checkpoint_loads_through_the_safe_loader(tmp_path: Path) -> None:
