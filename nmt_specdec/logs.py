@@ -80,11 +80,18 @@ def setup(verbose: bool = False) -> None:
     # fairseq's import-time basicConfig would otherwise have left it at DEBUG.
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger(OWN_LOGGER).setLevel(logging.INFO)
+    # Python 3.12 compiles fairseq's modules with "invalid escape sequence" warnings
+    # (where no .pyc was written at install): about its source, not the user's run.
+    # A verbose setup after a quiet one takes the filter back.
+    warnings.filters[:] = [f for f in warnings.filters if not _hides_library_syntax(f)]
     if not verbose:
-        # Python 3.12 compiles fairseq's modules with "invalid escape sequence"
-        # warnings (where no .pyc was written at install): about its source, not
-        # about the user's run.
         warnings.filterwarnings("ignore", category=SyntaxWarning, module=LIBRARY_SOURCES)
+
+
+def _hides_library_syntax(item: tuple) -> bool:
+    """Whether a ``warnings.filters`` entry is the one :func:`setup` adds."""
+    module = item[3]
+    return item[2] is SyntaxWarning and getattr(module, "pattern", module) == LIBRARY_SOURCES
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ DECODING_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION
 
 
 def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s weights are (read at every batch: a model may move between)."""
     return next(model.parameters()).device
 
 

@@ -70,7 +70,8 @@ def test_library_syntax_warnings_are_shown_only_with_verbose() -> None:
     code = ("from nmt_specdec import logs; logs.setup({}); import warnings\n"
             "for path in ('/site/fairseq/models/asr.py', '/home/me/mine.py'):\n"
             "    warnings.warn_explicit('invalid escape', SyntaxWarning, path, 1)")
-    quiet, loud = _run(code.format(False)), _run(code.format(True))
+    # A command sets up quietly before it reads -v, then again with it.
+    quiet, loud = _run(code.format(False)), _run(code.format("False); logs.setup(True"))
     assert "fairseq" not in quiet.stderr and "/home/me/mine.py:1: SyntaxWarning" in quiet.stderr
     assert "/site/fairseq/models/asr.py:1: SyntaxWarning" in loud.stderr
 
