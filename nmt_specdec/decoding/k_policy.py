@@ -41,9 +41,15 @@ or large batches on a compute-bound CPU.
   over them, masked) and the choice itself: with all of them paid on every
   sentence, auto ran 0.91x greedy at batch 1 on ONNX Runtime while drafting
   nothing.
-- A greedy batch or sentence costs the policy nothing per iteration: ``choose``
-  returns 0 and ``observe`` returns, reading one flag each, and the loop reads
-  no accepted counts back (``wants_counts``).
+- A greedy sentence costs the policy nothing per iteration: ``choose`` returns 0
+  and ``observe`` returns, reading one flag each, and the loop reads no accepted
+  counts back (``wants_counts``). A greedy batch of several rows also records its
+  iteration's seconds as K=0's (a list append against milliseconds of iteration):
+  the drafting arm's batch then drafts from its first iteration instead of
+  measuring K=0 first. That batch had been the whole exploration's cost on a
+  short batch, and its rate, mostly K=0's, let noise pick drafting for two more
+  batches: auto read 0.933x greedy at batch 32 in int8, 0.996x with it
+  (benchmarks/auto_overhead.py, 500 sentences on an AMD EPYC).
 
 Shapes: B active rows.
 """
@@ -325,6 +331,7 @@ class AutoK(KPolicy):
 
     def choose(self, limit: int, batch: int) -> int:
         if not self.may_draft:
+            self.batch = batch  # a greedy batch of several rows times its K=0 (observe)
             return 0
         self.batch = batch
         bucket = CostTable.bucket(batch)
@@ -384,6 +391,8 @@ class AutoK(KPolicy):
 
     def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
         if not self.may_draft:
+            if self.batch_bucket > 1 and self.table is not None:
+                self.table.record(0, self.batch, seconds)
             return
         self.acceptance.observe(num_accepted, k)
         if self.table is not None:

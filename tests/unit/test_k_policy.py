@@ -200,6 +200,20 @@ def test_retries_back_off_while_the_best_k_stands():
     assert retries[1] - retries[0] < retries[-1] - retries[-2]
 
 
+def test_a_greedy_batch_times_k0_so_the_drafting_batch_drafts_at_once():
+    # The drafting arm's batch used to spend its first iterations measuring K=0 (and on
+    # a short batch, most of them): its rate then said little about drafting.
+    policy = AutoK(4)
+    policy.start_batch(32)
+    for _ in range(5):  # the first batch: greedy, its iterations timed
+        assert policy.choose(4, 32) == 0
+        policy.observe([], 0, 1.0)
+    policy.end_batch(tokens=160, seconds=5.0)
+    assert policy.table(0, 32) == 1.0
+    policy.start_batch(32)
+    assert policy.may_draft and policy.choose(4, 32) == 1
+
+
 def run_sentences(policy: AutoK, seconds, accept, sentences: int, turns: int = 10):
     """Batch 1, sentence by sentence: ``turns`` iterations each, ``seconds(k)`` and
     ``accept(k)`` drafts committed per iteration. Returns per sentence whether it
