@@ -48,8 +48,8 @@ or large batches on a compute-bound CPU.
   the drafting arm's batch then drafts from its first iteration instead of
   measuring K=0 first. That batch had been the whole exploration's cost on a
   short batch, and its rate, mostly K=0's, let noise pick drafting for two more
-  batches: auto read 0.933x greedy at batch 32 in int8, 0.996x with it
-  (benchmarks/auto_overhead.py, 500 sentences on an AMD EPYC).
+  batches: auto read 0.936x greedy at batch 32 in int8, 0.984x with it (medians
+  of 3 and 4 runs of benchmarks/auto_overhead.py, 500 sentences, an AMD EPYC).
 
 Shapes: B active rows.
 """
