@@ -41,15 +41,11 @@ or large batches on a compute-bound CPU.
   over them, masked) and the choice itself: with all of them paid on every
   sentence, auto ran 0.91x greedy at batch 1 on ONNX Runtime while drafting
   nothing.
-- A greedy sentence costs the policy nothing per iteration: ``choose`` returns 0
-  and ``observe`` returns, reading one flag each, and the loop reads no accepted
-  counts back (``wants_counts``). A greedy batch of several rows also records its
-  iteration's seconds as K=0's (a list append against milliseconds of iteration):
-  the drafting arm's batch then drafts from its first iteration instead of
-  measuring K=0 first. That batch had been the whole exploration's cost on a
-  short batch, and its rate, mostly K=0's, let noise pick drafting for two more
-  batches: auto read 0.936x greedy at batch 32 in int8, 0.984x with it (medians
-  of 3 and 4 runs of benchmarks/auto_overhead.py, 500 sentences, an AMD EPYC).
+- A greedy sentence costs the policy nothing per iteration: ``choose`` returns 0,
+  ``observe`` returns, and the loop reads no counts back (``wants_counts``). A
+  greedy batch of several rows times its iterations as K=0's, so the drafting
+  batch drafts at once instead of measuring K=0 (whose rate let noise keep
+  drafting: int8 batch 32 read 0.936x greedy, 0.984x since; docs/results.md).
 
 Shapes: B active rows.
 """
