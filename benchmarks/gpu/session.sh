@@ -137,7 +137,7 @@ tests_start() {  # arg: seconds kept for later stages. The CUDA tests first, the
     # SIGINT at the budget: pytest stops and still writes its summary and junit.
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
     end=$((SECONDS + budget))
-    timeout -s INT -k 30 "$budget" "$PY" -m pytest $TEST_ARGS -m gpu ${xdist:+-n 2 --dist loadfile} -q -rfEs \
+    timeout -s INT -k 30 "$budget" "$PY" -m pytest $TEST_ARGS -m gpu ${xdist:+-n 4 --dist load} -q -rfEs \
       --durations=20 -p no:cacheprovider --junitxml="$LOGS/junit_gpu.xml" > "$LOGS/pytest_gpu.log" 2>&1
     echo "gpu-marked: exit $?;" > "$LOGS/pytest_rc.txt"
     timeout -s INT -k 30 $((end - SECONDS)) "$PY" -m pytest $TEST_ARGS -m "not gpu" "${xdist[@]}" -q -rfEs \
