@@ -6,7 +6,7 @@ runtime we measured. In 8 bits it reads a quarter of the bytes (~0.1 ms), but
 its logits are off by up to a few hundredths, and beta = 1 must reproduce the
 fp32 verifier's greedy output. So the graph computes:
 
-1. ``approx``: the logits from 8-bit weights (``MatMulNBits``, blocks of 32
+1. ``approx``: the logits from 8-bit weights (``MatMulNBits``, blocks of 64
    inputs, activations quantized per row and block; see :mod:`.quantize`);
 2. ``upper``: ``approx`` plus a bound on its error, per token (below);
 3. the ``CANDIDATES`` tokens with the largest ``upper``, and their logits
