@@ -20,19 +20,15 @@ or large batches on a compute-bound CPU.
   before, are the larger K left unmeasured (retries still try them).
 - Retries: after ``retry_every`` iterations of a bucket the K measured longest
   ago runs once more, so neither a noisy measurement nor acceptance learned
-  early (slots are only counted when drafted) locks a K out. Each retry that
-  leaves the best K as it was doubles the wait for the next (up to
-  ``max_retry_every``); one that changes it starts again from ``retry_every``.
-  A fixed retry every 40 iterations cost int8 auto ~2.5% of its iterations at
-  a K twice as slow as greedy; at the cap a retry costs < 0.2%, and only
-  drafting batches and sentences retry.
+  early locks a K out. A retry that leaves the best K as it was doubles the
+  wait for the next (up to ``max_retry_every``); one that changes it starts
+  again. A fixed retry every 40 iterations cost int8 auto ~2.5% at a K twice
+  as slow as greedy; at the cap < 0.2%, and only drafting batches retry.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
-  decided per batch, from the tokens per second that whole batches committed
-  with and without drafting. A per-iteration cost model misses what drafting
-  costs later: once rows have accepted different counts they are ragged, and
-  every later pass (K=0 too) pays for per-row cache writes and masks. At batch
-  32 on a 2-core CPU that made the per-iteration policy 0.71x greedy although
-  it measured each K's iterations correctly.
+  decided per batch, from the tokens per second whole batches committed with
+  and without drafting. A per-iteration cost model misses what drafting costs
+  later: ragged rows make every later pass (K=0 too) pay for per-row cache
+  writes and masks (at batch 32 on a 2-core CPU: 0.71x greedy).
 - One row (:class:`SentenceArms`): whether to draft is decided per sentence.
   Drafting sentences choose K per iteration as above; once every K is measured
   and K=0 is the best, sentences decode as greedy batches, with rarer and rarer
@@ -41,11 +37,11 @@ or large batches on a compute-bound CPU.
   over them, masked) and the choice itself: with all of them paid on every
   sentence, auto ran 0.91x greedy at batch 1 on ONNX Runtime while drafting
   nothing.
-- A greedy sentence costs the policy nothing per iteration: ``choose`` returns 0,
-  ``observe`` returns, and the loop reads no counts back (``wants_counts``). A
-  greedy batch of several rows times its iterations as K=0's, so the drafting
-  batch drafts at once instead of measuring K=0 (whose rate let noise keep
-  drafting: int8 batch 32 read 0.936x greedy, 0.984x since; docs/results.md).
+- A greedy sentence costs the policy nothing per iteration (``choose`` returns
+  0, ``observe`` returns, no counts are read back: ``wants_counts``). A greedy
+  batch of several rows times its iterations as K=0's, so the drafting batch
+  drafts at once (measuring K=0 there let noise keep drafting: int8 batch 32
+  read 0.936x greedy, 0.984x since; docs/results.md).
 
 Shapes: B active rows.
 """
@@ -90,45 +86,52 @@ class BatchArms:
     """Draft or not, per batch of several rows: whichever committed more tokens
     per second on earlier batches of the same size bucket.
 
-    A bucket's first batch decodes greedily (the safe arm), its second drafts;
-    from then on the faster arm runs, and the other runs again (a re-check:
-    costs and acceptance drift with sentence length) after ``retry_every``
-    batches of that bucket. A re-check that leaves the winner standing doubles
-    the wait, one that changes it starts again from ``retry_every``: re-checks
-    come at batches 34, 99, 228, 485, ..., so where drafting loses 30% they cost
-    < 1% from the 100th batch on (a fixed re-check every 32 batches cost ~1.3%
-    for ever). The exploring batch stays: a run of 16 batches where drafting
-    loses 30% loses ~2.5% to it.
+    A bucket's first batch decodes greedily (the safe arm), its second drafts,
+    its third is greedy again, and the two greedy batches weigh alike: batches
+    come sorted by length, and greedy's rate then brackets the drafting batch's
+    sentences, not only the shorter ones before it (one run, ONNX Runtime,
+    batch 32: 4,700 tokens/s for the first greedy batch, warm-up included,
+    4,400 for drafting at 0.68x greedy, 6,100 for the third). Then the faster
+    arm runs, and the other runs again (a re-check: costs and acceptance drift
+    with sentence length) after ``retry_every`` batches of that bucket. A re-
+    check that leaves the winner standing doubles the wait, one that changes it
+    starts again from ``retry_every``: re-checks come at batches 35, 100, 229,
+    486, ..., so where drafting loses 30% they cost < 1% from the 100th batch
+    on.
 
     Args:
         retry_every: batches of a bucket before the first re-check.
-        smoothing: weight of a new batch in an arm's moving average.
+        smoothing: weight of a new batch in an arm's moving average (n-th: >= 1/n).
     """
 
     def __init__(self, retry_every: int = 32, smoothing: float = 0.3):
         self.rate: Dict[Tuple[int, bool], float] = {}  # (bucket, drafts) -> tokens/s
+        self.runs: Dict[Tuple[int, bool], int] = {}  # (bucket, drafts) -> batches run
         self.batches: Dict[int, int] = {}
         self.due: Dict[int, Tuple[int, int]] = {}  # bucket -> (wait, batch of the re-check)
         self.retry_every, self.smoothing = retry_every, smoothing
 
     def winner(self, bucket: int) -> Optional[bool]:
-        """Whether drafting committed more tokens per second; None until both ran."""
-        greedy, drafting = self.rate.get((bucket, False)), self.rate.get((bucket, True))
-        return None if greedy is None or drafting is None else drafting > greedy
+        """Whether drafting committed more tokens per second; None until greedy ran
+        twice and drafting once."""
+        if self.runs.get((bucket, False), 0) < 2 or (bucket, True) not in self.runs:
+            return None
+        return self.rate[(bucket, True)] > self.rate[(bucket, False)]
 
     def drafts(self, bucket: int) -> bool:
         """Whether the next batch of this bucket drafts."""
         best = self.winner(bucket)
-        if best is None:
-            return (bucket, False) in self.rate  # greedy first, then one drafting batch
+        if best is None:  # greedy, one drafting batch, greedy
+            return (bucket, False) in self.runs and (bucket, True) not in self.runs
         return (not best) if self.batches[bucket] >= self.due[bucket][1] else best
 
     def record(self, bucket: int, drafted: bool, tokens: int, seconds: float) -> None:
         before = self.winner(bucket)
         seen = self.batches[bucket] = self.batches.get(bucket, 0) + 1
         key = (bucket, drafted)
+        runs = self.runs[key] = self.runs.get(key, 0) + 1
         self.rate[key] = moving_average(self.rate.get(key), tokens / max(seconds, 1e-9),
-                                        self.smoothing)
+                                        max(self.smoothing, 1 / runs))
         after = self.winner(bucket)
         if after is None:
             return
@@ -227,16 +230,14 @@ class CostTable:
     """Measured seconds per iteration by (K, batch bucket): the fastest of the last
     ``window`` trusted iterations at that K.
 
-    The first iteration at a new K is not trusted: it pays for first-use work
-    (the runtime plans memory for a new input shape, buffers are bound), which
-    made K=1 look like 3 ms against 2.3. A K counts as measured after
-    ``min_count`` trusted iterations, and its estimate is the fastest of them:
-    timing noise only ever adds (a page fault, a noisy neighbour, caches still
-    cold in the first sentences), so the minimum is the least biased reading,
-    and a K measured during warm-up is not priced out until it runs again (with
-    a median, greedy's warm-up steps made int8 auto draft for its first ~300
-    iterations, 0.88x greedy; with the minimum 0.91x, the rest being what
-    learning the acceptance costs).
+    The first iteration at a new K is not trusted: it pays for first use (the
+    runtime plans memory for a new shape, buffers are bound: K=1 looked like 3
+    ms against 2.3). A K counts as measured after ``min_count`` trusted
+    iterations, and its estimate is the fastest of them: noise only ever adds
+    (page faults, neighbours, cold caches), so the minimum is the least biased
+    reading, and a K measured during warm-up is not priced out until it runs
+    again (with a median, greedy's warm-up steps made int8 auto draft for its
+    first ~300 iterations: 0.88x greedy; 0.91x with the minimum).
 
     Args:
         window: trusted iterations kept per (K, bucket).

@@ -139,11 +139,12 @@ def test_batch_arms_try_greedy_then_drafting_then_keep_the_faster():
         drafts = arms.drafts(32)
         tried.append(drafts)
         arms.record(32, drafts, tokens=int(tokens_per_second[drafts]), seconds=1.0)
-    # Greedy, one drafting batch, then greedy but for re-checks of drafting, each
-    # that confirms greedy doubling the wait: 4 batches after the second, then 8, 16 ...
-    assert tried[:2] == [False, True]
+    # Greedy, one drafting batch, greedy again; then greedy but for re-checks of
+    # drafting, each that confirms greedy doubling the wait: 4 batches after the
+    # third, then 8, 16 ...
+    assert tried[:3] == [False, True, False]
     rechecks = [i for i, drafts in enumerate(tried) if drafts][1:]
-    assert rechecks == [6, 15, 32, 65, 130, 259]
+    assert rechecks == [7, 16, 33, 66, 131, 260]
     assert not arms.drafts(8)  # another bucket starts again from greedy
 
 
@@ -159,10 +160,26 @@ def test_batch_arms_look_again_soon_when_a_recheck_changes_the_winner():
         drafts = arms.drafts(32)
         tried.append(drafts)
         arms.record(32, drafts, tokens=int(rate[drafts]), seconds=1.0)
-    # The re-check at batch 32 finds drafting faster; from then on drafting runs,
+    # The re-check at batch 33 finds drafting faster; from then on drafting runs,
     # with greedy re-checked 4 batches later, then 8, then 16.
-    assert tried[21:32] == [False] * 11 and tried[32:37] == [True] * 5
-    assert [i for i, drafts in enumerate(tried) if i > 32 and not drafts] == [37, 46]
+    assert tried[21:33] == [False] * 12 and tried[33:38] == [True] * 5
+    assert [i for i, drafts in enumerate(tried) if i > 33 and not drafts] == [38, 47]
+
+
+def test_batch_arms_judge_drafting_against_greedy_batches_on_both_sides():
+    # Batches come sorted by length, and a batch of longer sentences commits more
+    # tokens per second whichever arm runs it. Drafting (0.8x greedy on the same
+    # sentences) must not win against the one shorter greedy batch before it.
+    from nmt_specdec.decoding.k_policy import BatchArms
+
+    arms = BatchArms(retry_every=100)
+    tried = []
+    for batch in range(6):
+        greedy_rate = 100.0 * (1 + 0.3 * batch)  # longer sentences, batch by batch
+        drafts = arms.drafts(32)
+        tried.append(drafts)
+        arms.record(32, drafts, tokens=int(greedy_rate * (0.8 if drafts else 1.0)), seconds=1.0)
+    assert tried == [False, True, False, False, False, False]
 
 
 def test_batch_arms_keep_drafting_where_it_wins():
@@ -185,7 +202,10 @@ def test_auto_k_decodes_a_batch_greedily_until_drafting_has_proved_faster():
     assert policy.choose(4, 32) > 0 and policy.wants_counts  # the second: drafting
     policy.end_batch(tokens=700, seconds=1.0)  # ... which committed fewer tokens per second
     policy.start_batch(32)
-    assert policy.choose(4, 32) == 0
+    assert policy.choose(4, 32) == 0  # the third: greedy again, bracketing the second
+    policy.end_batch(tokens=1200, seconds=1.0)
+    policy.start_batch(32)
+    assert policy.choose(4, 32) == 0  # greedy won
     policy.start_batch(1)  # a single row is always decided per iteration
     assert policy.choose(4, 1) > 0
 
