@@ -130,7 +130,7 @@ def test_auto_k_measures_greedy_instead_of_extrapolating_it():
 
 
 def test_batch_arms_try_greedy_then_drafting_then_keep_the_faster():
-    from nmt_specdec.decoding.k_policy import BatchArms
+    from nmt_specdec.decoding.arms import BatchArms
 
     arms = BatchArms(retry_every=4)
     tokens_per_second = {False: 100.0, True: 70.0}  # drafting loses, as at batch 32 on a CPU
@@ -149,7 +149,7 @@ def test_batch_arms_try_greedy_then_drafting_then_keep_the_faster():
 
 
 def test_batch_arms_look_again_soon_when_a_recheck_changes_the_winner():
-    from nmt_specdec.decoding.k_policy import BatchArms
+    from nmt_specdec.decoding.arms import BatchArms
 
     arms = BatchArms(retry_every=4, smoothing=1.0)  # an arm's rate: its last batch
     rate = {False: 100.0, True: 70.0}
@@ -170,7 +170,7 @@ def test_batch_arms_judge_drafting_against_greedy_batches_on_both_sides():
     # Batches come sorted by length, and a batch of longer sentences commits more
     # tokens per second whichever arm runs it. Drafting (0.8x greedy on the same
     # sentences) must not win against the one shorter greedy batch before it.
-    from nmt_specdec.decoding.k_policy import BatchArms
+    from nmt_specdec.decoding.arms import BatchArms
 
     arms = BatchArms(retry_every=100)
     tried = []
@@ -183,7 +183,7 @@ def test_batch_arms_judge_drafting_against_greedy_batches_on_both_sides():
 
 
 def test_batch_arms_keep_drafting_where_it_wins():
-    from nmt_specdec.decoding.k_policy import BatchArms
+    from nmt_specdec.decoding.arms import BatchArms
 
     arms = BatchArms(retry_every=100)
     for _ in range(6):
