@@ -440,3 +440,15 @@ def test_8bit_batches_verify_with_the_batch_graph_to_their_last_row(shipped, bac
     assert torch.equal(alone[0], in_batch[0])
     plain = first_logits(verifier.new_cache(1, 8), 1, verifier.keep_rows(memory, torch.tensor([0])))
     assert not torch.equal(plain[0], in_batch[0])  # the other graph quantizes otherwise
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_cache_grows_with_the_sentences_at_every_batch_size(backends, batch):
+    """The graphs attend over (and copy) the whole cache buffer: allocated at a
+    sentence's length limit (~200 slots for ~10 tokens) it made a step ~25% dearer."""
+    from nmt_specdec.decoding.backends.onnxruntime.session import CACHE_CHUNK
+
+    cache = backends[True].verifier().new_cache(batch, 202)
+    assert cache.slots == CACHE_CHUNK
+    cache.reserve(CACHE_CHUNK + 1)
+    assert cache.slots == 2 * CACHE_CHUNK

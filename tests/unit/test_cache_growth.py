@@ -1,4 +1,4 @@
-"""A cache that grows by chunks (``grow_by``, the ONNX Runtime backend's at batch > 1)
+"""A cache that grows by chunks (``grow_by``, the ONNX Runtime backend's at every batch size)
 holds what a full-size cache holds, in fewer slots."""
 
 from __future__ import annotations
