@@ -452,3 +452,28 @@ def test_the_cache_grows_with_the_sentences_at_every_batch_size(backends, batch)
     assert cache.slots == CACHE_CHUNK
     cache.reserve(CACHE_CHUNK + 1)
     assert cache.slots == 2 * CACHE_CHUNK
+
+
+def test_int8_encodes_a_batch_of_one_with_the_sentence_graph(shipped, backends, monkeypatch):
+    """A lone sentence takes the per-sentence 8-bit encoder (one scale per product,
+    fused kernels), a batch the row-by-row one; the two encode alike."""
+    model, task, sources = shipped
+    backend = backends[True]
+    assert backends[False].sentence_encoder_session is None
+    used = []
+    for name in ("encoder_session", "sentence_encoder_session"):
+        session = getattr(backend, name)
+        monkeypatch.setattr(session, "run", lambda i, o, run=session.run, name=name:
+                            (used.append(name), run(i, o))[1])
+    pad = task.source_dictionary.pad()
+    batch = torch.nn.utils.rnn.pad_sequence(
+        [s.flip(0) for s in sources[:2]], batch_first=True, padding_value=pad).flip(1)
+    lengths = batch.ne(pad).sum(1)
+    both = backend.encode({"src_tokens": batch, "src_lengths": lengths})
+    first = sources[0].unsqueeze(0)
+    alone = backend.encode({"src_tokens": first, "src_lengths": lengths[:1]})
+    assert used == ["encoder_session", "sentence_encoder_session"]
+    width = first.size(1)
+    for a, b in zip(alone.cross, both.cross):
+        difference = (a[0] - b[0, :, -width:]).abs().max()
+        assert difference < 0.05 * a.abs().max(), difference  # 8-bit rounding, not garbage

@@ -1,4 +1,5 @@
-"""The encoder's 8-bit products (``quantize_rows``): every row quantized on its own.
+"""The encoder's 8-bit products: every row quantized on its own (``quantize_rows``,
+batches), or one sentence at a time (``quantize_sentence``, a batch of one).
 
 A sentence's encoding must not depend on the other sentences of its batch, and
 the product must stay close to the float one it replaces.
@@ -14,8 +15,14 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_rows  # noqa: E402
-from nmt_specdec.decoding.backends.onnxruntime.graph_session import DISABLED_FUSIONS  # noqa: E402
+from nmt_specdec.decoding.backends.onnxruntime.quantize import (  # noqa: E402
+    quantize_rows,
+    quantize_sentence,
+)
+from nmt_specdec.decoding.backends.onnxruntime.graph_session import (  # noqa: E402
+    DISABLED_FUSIONS,
+    PER_TENSOR_DISABLED_FUSIONS,
+)
 
 
 def _two_products(path, rng) -> dict:
@@ -94,3 +101,27 @@ def test_the_runtime_fusion_left_out_is_still_wrong(tmp_path):
     assert _error(x, _run(path, x), w) < 0.05
     others = [name for name in DISABLED_FUSIONS if name != "MatMulIntegerToFloatFusion"]
     assert _error(x, _run(path, x, disabled=others), w) > 0.05
+
+
+def test_a_sentence_is_quantized_as_one_tensor_in_fused_kernels(tmp_path, caplog):
+    """The batch-of-one encoder: one scale per product over the sentence, the
+    runtime's fused kernels (its MatMulIntegerToFloat fusion is right here), close
+    to the float products, and the quantizer's advice not printed."""
+    rng = np.random.default_rng(2)
+    path = tmp_path / "g.onnx"
+    w = _two_products(path, rng)
+    with caplog.at_level("WARNING"):
+        quantize_sentence(path)
+    assert not caplog.records
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert "MatMul" not in ops and "DynamicQuantizeLinear" in ops
+    x = rng.standard_normal((1, 5, 16)).astype(np.float32)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=PER_TENSOR_DISABLED_FUSIONS)
+    assert _error(x[0], session.run(None, {"x": x})[0][0], w) < 0.05
+    fused = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert "DynamicQuantizeMatMul" in fused and "MatMulInteger" not in fused

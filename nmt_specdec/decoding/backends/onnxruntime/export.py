@@ -46,7 +46,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 20  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 21  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -54,6 +54,9 @@ FUSED = "fused.onnx"  # verify, accept, then draft once (--fused-draft)
 # The 8-bit verifier for batches: per-row integer products (quantize_rows), which
 # beat MatMulNBits from ~4 rows on (see OrtVerifier.new_cache).
 VERIFY_ROWS = "verify_rows.onnx"
+# The 8-bit encoder for a batch of one sentence: one activation scale per product
+# (quantize_sentence), where the batch encoder quantizes row by row.
+ENCODER_SENTENCE = "encoder_sentence.onnx"
 
 
 def input_names(graph: str, layers: int, draft_layers: int) -> list:
@@ -62,6 +65,7 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
     past, cross = kv_names("past", layers), kv_names("cross", layers)
     draft = kv_names("draft", draft_layers)
     return {ENCODER: ["src_tokens", "src_lengths"],
+            ENCODER_SENTENCE: ["src_tokens", "src_lengths"],
             VERIFY: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past, *cross],
             VERIFY_ROWS: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past,
                           *cross],
@@ -149,27 +153,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         "directory") from None
     try:
         files = export_graphs(model, pad, building, fused, certified, same_bits=int8)
-        quantized = ([name for name in files if name != ENCODER] if int8 else
-                     [DRAFT] if int8_draft and DRAFT in files else [])
-        if _has_rows_graph(identity):
-            shutil.copy(building / VERIFY, building / VERIFY_ROWS)
-            files.append(VERIFY_ROWS)
-        if quantized or certified:
-            from nmt_specdec.decoding.backends.onnxruntime.quantize import (
-                quantize_graph,
-                quantize_rows,
-            )
-
-            if int8:  # many rows per product: see quantize_rows
-                quantize_rows(building / ENCODER)
-            if VERIFY_ROWS in files:
-                quantize_rows(building / VERIFY_ROWS)
-            for name in quantized:
-                quantize_graph(building / name)
-            if int8_draft and FUSED in files:  # its draft head as the draft graph's
-                quantize_graph(building / FUSED, only_under="/draft/")
-            if certified:  # the verifier's output projection alone
-                quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
+        files = _quantize(building, files, identity)
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
@@ -180,6 +164,41 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return directory
+
+
+def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
+    """Quantizes the exported graphs in ``building`` as the variant asks, adding
+    the 8-bit variants' own graphs; returns every file of the variant."""
+    int8, int8_draft, certified = (identity[key] for key in ("int8", "int8_draft", "certified"))
+    quantized = ([name for name in files if name != ENCODER] if int8 else
+                 [DRAFT] if int8_draft and DRAFT in files else [])
+    files = list(files)
+    if _has_rows_graph(identity):
+        shutil.copy(building / VERIFY, building / VERIFY_ROWS)
+        files.append(VERIFY_ROWS)
+    if int8:
+        shutil.copy(building / ENCODER, building / ENCODER_SENTENCE)
+        files.append(ENCODER_SENTENCE)
+    if not (quantized or certified):
+        return files
+    from nmt_specdec.decoding.backends.onnxruntime.quantize import (
+        quantize_graph,
+        quantize_rows,
+        quantize_sentence,
+    )
+
+    if int8:  # many rows per product: see quantize_rows
+        quantize_rows(building / ENCODER)
+        quantize_sentence(building / ENCODER_SENTENCE)
+    if VERIFY_ROWS in files:
+        quantize_rows(building / VERIFY_ROWS)
+    for name in quantized:
+        quantize_graph(building / name)
+    if int8_draft and FUSED in files:  # its draft head as the draft graph's
+        quantize_graph(building / FUSED, only_under="/draft/")
+    if certified:  # the verifier's output projection alone
+        quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
+    return files
 
 
 def _has_rows_graph(identity: Dict) -> bool:

@@ -41,6 +41,12 @@ the runtime's u8 x s8 integer GEMM, 18 us; signed x signed has no fast kernel
 here, 318 us) and the weights per output column. Still one scale per row: a
 sentence's encoding does not depend on the others of its batch.
 
+A batch of one sentence has an encoder of its own (:func:`quantize_sentence`):
+its input is that sentence alone, so one activation scale per product, over all
+its rows, still depends on nothing else, and the runtime fuses the quantization
+and the product into one kernel. 12 source tokens took 222 us against 318 row by
+row, 25 took 375 against 541 (AMD EPYC family 26; 285 -> 116 nodes).
+
 Before quantizing, constant weights become initializers and ``Gemm`` nodes
 (how the exporter writes ``addmm``) become ``MatMul`` + ``Add``: the quantizer
 only rewrites ``MatMul`` with an initializer as its second input.
@@ -48,6 +54,7 @@ only rewrites ``MatMul`` with an initializer as its second input.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Optional
 
@@ -141,6 +148,36 @@ def _row_product(x: str, name: str, out: str) -> list:
     nodes = [helper.make_node(op, inputs, [t(output)], name=t(output), **attrs)
              for op, inputs, output, attrs in step]
     return nodes + [helper.make_node("Mul", [t("float"), t("scales")], [out], name=t("out"))]
+
+
+def quantize_sentence(path: Path) -> None:
+    """Rewrites the encoder graph at ``path`` in place for a batch of one sentence:
+    ONNX Runtime's dynamic quantization (one activation scale per product over the
+    whole input, int8 weights per output column), which the runtime runs as
+    ``DynamicQuantizeMatMul``: 2 nodes per product where :func:`quantize_rows`
+    needs 12 (see the module's docstring)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = onnx.load(str(path))
+    constants_to_initializers(model)
+    gemm_to_matmul(model)
+    onnx.save(model, str(path))
+    # It advises (on the root logger) a pre-processing pass that has nothing to
+    # fold in these graphs: that line alone is dropped.
+    root = logging.getLogger()
+    advice = "Please consider to run pre-processing"
+
+    def not_advice(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(advice)
+
+    root.addFilter(not_advice)
+    try:
+        with logs.quiet("onnxruntime.quantization"):
+            quantize_dynamic(str(path), str(path), op_types_to_quantize=["MatMul"],
+                             per_channel=True, weight_type=QuantType.QInt8)
+    finally:
+        root.removeFilter(not_advice)
 
 
 def constants_to_initializers(model) -> None:

@@ -26,7 +26,12 @@ from nmt_specdec.decoding.backends.onnxruntime.drafters import (
     OrtDrafter,
     candidate_slots,
 )
-from nmt_specdec.decoding.backends.onnxruntime.graph_session import GraphSession, Scratch
+from nmt_specdec.decoding.backends.onnxruntime.graph_session import (
+    DISABLED_FUSIONS,
+    PER_TENSOR_DISABLED_FUSIONS,
+    GraphSession,
+    Scratch,
+)
 from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
@@ -243,13 +248,16 @@ class OrtBackend(Backend):
         head = getattr(self.model, "draft_head", None)
         draft_layers = head.source_layers if head is not None else 0
 
-        def session(name: str) -> Optional[GraphSession]:
+        def session(name: str, disabled=DISABLED_FUSIONS) -> Optional[GraphSession]:
             if not (directory / name).exists():
                 return None
             return GraphSession(self._ort, directory / name, self.threads,
-                                export.input_names(name, self.layers, draft_layers))
+                                export.input_names(name, self.layers, draft_layers), disabled)
 
         self.encoder_session = session(export.ENCODER)
+        # --int8 only: a batch of one sentence (see quantize.quantize_sentence).
+        self.sentence_encoder_session = session(export.ENCODER_SENTENCE,
+                                                PER_TENSOR_DISABLED_FUSIONS)
         self._verifier = OrtVerifier(session(export.VERIFY), self,
                                      rows=lambda: session(export.VERIFY_ROWS))
         self.draft_session = session(export.DRAFT)
@@ -276,7 +284,8 @@ class OrtBackend(Backend):
         draft_layers = self.model.draft_head.source_layers if self.draft_session else 0
         kv = [torch.empty(batch, self.heads, source, head_dim)
               for _ in range(2 * (self.layers + draft_layers))]
-        self.encoder_session.run([src, net_input["src_lengths"]], [mask, *kv])
+        encoder = (self.sentence_encoder_session if batch == 1 else None) or self.encoder_session
+        encoder.run([src, net_input["src_lengths"]], [mask, *kv])
         return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
 
     def verifier(self) -> OrtVerifier:
