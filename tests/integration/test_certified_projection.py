@@ -111,7 +111,8 @@ def test_decodes_as_the_fp32_verifier(shipped, batch_size):
 
 
 @pytest.mark.parametrize("batch_size", [1, 8])
-def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size):
+@pytest.mark.parametrize("k", [0, SETTINGS["k"]])  # 0: the single-row loop's greedy turns
+def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size, k):
     # A bound above every logit certifies nothing: every call must be redone in
     # fp32, so that even the scores are the all-fp32 verifier's.
     from nmt_specdec.decoding.backends.onnxruntime.session import OrtVerifier
@@ -131,9 +132,9 @@ def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size):
 
     monkeypatch.setattr(OrtVerifier, "verify", certifies_nothing)
     monkeypatch.setattr(OrtVerifier, "exact_logits", counted)
-    ours = _decode(model, task, sources[:16], backends[True], SETTINGS["k"], batch_size)
+    ours = _decode(model, task, sources[:16], backends[True], k, batch_size)
     monkeypatch.undo()
-    theirs = _decode(model, task, sources[:16], backends[False], SETTINGS["k"], batch_size)
+    theirs = _decode(model, task, sources[:16], backends[False], k, batch_size)
     assert fallbacks
     assert [t for t, _ in ours] == [t for t, _ in theirs]
     for (_, a), (_, b) in zip(ours, theirs):
