@@ -59,6 +59,7 @@ def _inputs(backend, batch: int, new: int, past: int):
 def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeats: int,
           threads: int) -> List[Dict]:
     from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import example_inputs
     from nmt_specdec.decoding.backends.onnxruntime.graphs import VerifyGraph
     from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 
@@ -90,13 +91,17 @@ def probe(model, task, batch: int, ks: List[int], past: int, source: int, repeat
         tokens, start, cache = _inputs(ort, batch, new, past)
         past_kv = [t[i] for i in range(ort.layers) for t in (cache.key, cache.value)]
         chain = torch.arange(new)
-        args = (tokens, start, memory.mask, chain, chain.view(-1, 1) >= chain.view(1, -1),
-                *past_kv, *memory.cross)
+        # The fp32 graph's attention mask (its layout reads no slot index: the
+        # exported graph has no such input, the module a placeholder).
+        mask, no_index = example_inputs(ort.heads, False, start, cache.slots,
+                                        chain.view(-1, 1) >= chain.view(1, -1))
+        args = (tokens, start, memory.mask, chain, mask, *past_kv, *memory.cross)
+        graph_args = (*args[:5], no_index, *args[5:])
         graph = VerifyGraph(LeanVerifier(model.decoder)).eval()
         with torch.no_grad():
-            row["torch eager (graph module)"] = _ms(lambda: graph(*args), repeats)
+            row["torch eager (graph module)"] = _ms(lambda: graph(*graph_args), repeats)
             compiled = torch.compile(graph, dynamic=False)
-            row["torch.compile"] = _ms(lambda: compiled(*args), repeats)
+            row["torch.compile"] = _ms(lambda: compiled(*graph_args), repeats)
         for label, precision, static in (("openvino f32, dynamic shapes", "f32", False),
                                           ("openvino f32, static shapes", "f32", True),
                                           ("openvino bf16, static shapes", "bf16", True)):

@@ -38,6 +38,7 @@ from nmt_specdec.decoding.backends.onnxruntime.encoder_graph import (
     LeanEncoderGraph,
     lean_encoder_layers,
 )
+from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import example_inputs
 from nmt_specdec.decoding.backends.onnxruntime.graphs import DraftGraph, VerifyGraph, kv_names
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
@@ -46,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 21  # bump whenever graphs.py or the export changes what a graph computes
+EXPORT_VERSION = 22  # bump whenever graphs.py or the export changes what a graph computes
 OPSET = 17
 MANIFEST = "manifest.json"
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
@@ -59,6 +60,10 @@ VERIFY_ROWS = "verify_rows.onnx"
 ENCODER_SENTENCE = "encoder_sentence.onnx"
 
 
+# A verify graph's first inputs (the 8-bit layout alone reads slot_index).
+_SELF = ["tokens", "start", "memory_mask", "offsets", "self_mask", "slot_index"]
+
+
 def input_names(graph: str, layers: int, draft_layers: int) -> list:
     """The positional inputs ``graph`` was exported with. The exporter drops inputs
     a graph does not use (e.g. ``src_lengths``), so sessions bind by these names."""
@@ -66,13 +71,12 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
     draft = kv_names("draft", draft_layers)
     return {ENCODER: ["src_tokens", "src_lengths"],
             ENCODER_SENTENCE: ["src_tokens", "src_lengths"],
-            VERIFY: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past, *cross],
-            VERIFY_ROWS: ["tokens", "start", "memory_mask", "offsets", "ancestors", *past,
-                          *cross],
+            VERIFY: [*_SELF, *past, *cross],
+            VERIFY_ROWS: [*_SELF, *past, *cross],
             DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", "candidate_slots",
                     *draft],
-            FUSED: ["tokens", "start", "memory_mask", "offsets", "ancestors", "parents",
-                    "slot_offsets", "candidate_slots", *past, *cross, *draft],
+            FUSED: [*_SELF, "parents", "slot_offsets", "candidate_slots", *past, *cross,
+                    *draft],
             }[graph]
 
 
@@ -296,7 +300,8 @@ def _verify_inputs(layers: int, extra: Optional[Dict] = None) -> Dict:
     the example arguments positionally): the fused graph's ``extra`` inputs come
     before the caches."""
     return {"tokens": {0: "batch", 1: "new"}, "start": _BATCH, **_MEMORY_MASK,
-            "offsets": {0: "new"}, "ancestors": {0: "new", 1: "new"}, **(extra or {}),
+            "offsets": {0: "new"}, "self_mask": {0: "batch", 2: "mask_rows", 3: "mask_width"},
+            "slot_index": {0: "batch", 2: "new"}, **(extra or {}),
             **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
             **{n: _SOURCE for n in kv_names("cross", layers)}}
 
@@ -321,9 +326,12 @@ def _export_encoder(model: nn.Module, verifier, head, pad: int, out: Path) -> _M
 def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor],
                    out: Path, same_bits: bool) -> None:
     chain = torch.arange(3)
+    start = torch.tensor([2, 4])
+    self_inputs = example_inputs(verifier.heads, same_bits, start, past[0].size(2),
+                                 chain.view(-1, 1) >= chain)
     _export(VerifyGraph(verifier, certified, same_bits).eval(),
-            (torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([2, 4]), memory.mask, chain,
-             chain.view(-1, 1) >= chain.view(1, -1), *past, *memory.cross),
+            (torch.tensor([[5, 6, 7], [8, 9, 10]]), start, memory.mask, chain, *self_inputs,
+             *past, *memory.cross),
             out / VERIFY, _verify_inputs(len(verifier.layers)),
             {**_VERIFY_OUTPUTS, **({"bound": {0: "batch", 1: "new"}} if certified else {})})
 
@@ -348,9 +356,12 @@ def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path
 
     # A chain of K=2 drafts with one leaf per slot (C=2): N = 5 inputs.
     layout = tree_layout(2, 2)
+    start = torch.tensor([2, 4])
+    self_inputs = example_inputs(verifier.heads, same_bits, start, past[0].size(2),
+                                 layout.ancestors)
     _export(FusedVerifyGraph(verifier, head, same_bits).eval(),
-            (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), torch.tensor([2, 4]),
-             memory.mask, layout.offsets, layout.ancestors, torch.tensor(parent_list(2, 2)),
+            (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), start,
+             memory.mask, layout.offsets, *self_inputs, torch.tensor(parent_list(2, 2)),
              torch.arange(3), torch.arange(2), *past, *memory.cross, *memory.draft_cross),
             out / FUSED,
             {**_verify_inputs(len(verifier.layers), {

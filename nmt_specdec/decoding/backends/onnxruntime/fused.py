@@ -86,7 +86,7 @@ class FusedVerifyGraph(nn.Module):
     """:class:`VerifyGraph`, :func:`greedy_walk`, then the draft head once.
 
     Inputs: VerifyGraph's ``tokens``, ``start``, ``memory_mask``, ``offsets``,
-    ``ancestors``; ``parents`` (N-1,), ``slot_offsets`` (K+1,) = 0..K,
+    ``self_mask``, ``slot_index``; ``parents`` (N-1,), ``slot_offsets`` (K+1,) = 0..K,
     ``candidate_slots`` (C',); the verifier's past and cross keys/values; the
     draft head's cross keys/values. Outputs: VerifyGraph's, ``drafts``
     (B, C', K) after the correction, and ``decision`` (B, 4), see :data:`DECISION`.
@@ -99,11 +99,11 @@ class FusedVerifyGraph(nn.Module):
         self.layers, self.pad = len(verifier.layers), head.pad
 
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, offsets: Tensor,
-                ancestors: Tensor, parents: Tensor, slot_offsets: Tensor,
+                self_mask: Tensor, slot_index: Tensor, parents: Tensor, slot_offsets: Tensor,
                 candidate_slots: Tensor, *kv: Tensor):
         split = 4 * self.layers
         logits, lse, hidden, keys, values = self.verify(tokens, start, memory_mask, offsets,
-                                                        ancestors, *kv[:split])
+                                                        self_mask, slot_index, *kv[:split])
         decision = greedy_walk(logits, tokens, parents, slot_offsets.size(0) - 1, self.pad)
         accepted, correction, final = decision[:, 0], decision[:, 1], decision[:, 2]
         state = hidden.gather(1, final.view(-1, 1, 1).expand(-1, 1, hidden.size(2)))[:, 0]

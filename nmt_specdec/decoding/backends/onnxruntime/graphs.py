@@ -13,6 +13,8 @@ the graphs compute what the torch backend computes. Differences, all for a graph
   slots, and returns them: the loop's cache writes them (a graph cannot update
   an input in place). With :func:`_attend_rows` a position's scores are then
   the same bits whatever the number of positions in the pass;
+- which slots each new input sees and where its keys go are inputs, built on
+  the host (:mod:`.attention_inputs`): in the graph they took ~45 small ops;
 - the draft graph ends with the argmax (only (B, K) ids leave the runtime);
 - the decoder layers are written out here (:func:`graph_layer`, the same
   arithmetic as ``passes.layers.layer_pass`` on the same ``LayerWeights``) so
@@ -156,48 +158,16 @@ def graph_layer(w: LayerWeights, x: Tensor, self_kv, self_mask, cross: CrossKV,
     return norm_if(not pre, x + h, w.final_norm)
 
 
-def _block_slots(start: Tensor, offsets: Tensor, ancestors: Tensor, past: Tensor):
-    """Where a pass's N new inputs go in the (B, H, T, D) cache, and who sees what.
-
-    Input j of row b sits at slot ``start[b] + j``. Returns the (B, H, N, 3)
-    (row, head, slot) index of every new key, and the attention mask
-    (B, 1, N + 1, T) (its last row repeated, see :func:`_attend_rows`): slots
-    before ``start`` for every input, and in the block its ancestors (for a
-    chain: itself and the inputs before it)."""
-    slots = arange_like(past, 2)  # (T,)
-    relative = slots.view(1, -1) - start.view(-1, 1)  # (B, T)
-    new = ancestors.size(0)
-    in_block = (relative >= 0) & (relative < new)  # (B, T)
-    sees = ancestors[:, relative.clamp(0, new - 1)].transpose(0, 1)  # (B, N, T)
-    mask = (relative < 0).unsqueeze(1) | (in_block.unsqueeze(1) & sees)
-    mask = torch.cat([mask, mask[:, -1:]], dim=1).unsqueeze(1)
-    batch, heads = start.size(0), past.size(1)
-    shape = (batch, heads, new)
-    index = torch.stack([arange_like(start, 0).view(-1, 1, 1).expand(shape),
-                         arange_like(past, 1).view(1, -1, 1).expand(shape),
-                         (start.view(-1, 1) + arange_like(offsets, 0)).unsqueeze(1).expand(shape)],
-                        dim=-1)
-    return index, mask
-
-
-def _after_cache_mask(start: Tensor, ancestors: Tensor, past: Tensor) -> Tensor:
-    """The (B, 1, N, T + N) mask when the N new inputs are attended after the
-    (B, H, T, D) cache: its slots before ``start``, then the inputs' ancestors."""
-    slots = arange_like(past, 2)  # (T,)
-    batch, new = start.size(0), ancestors.size(0)
-    old = (slots.view(1, 1, -1) < start.view(-1, 1, 1)).expand(batch, new, -1)  # (B, N, T)
-    return torch.cat([old, ancestors.expand(batch, new, new)], dim=2).unsqueeze(1)
-
-
 class VerifyGraph(nn.Module):
     """N new inputs per row against the full cache -> logits, states, new keys/values.
 
     Inputs: ``tokens`` (B, N), ``start`` (B,) first position of each row,
     ``memory_mask`` (B, 1, 1, S), ``offsets`` (N,) each input's position after
-    ``start``, ``ancestors`` (N, N) bool, which new inputs each may attend to
-    (0..N-1 and causal for a chain; tree positions and ancestors for drafts with
-    leaves, see :mod:`nmt_specdec.decoding.draft_tree`), ``past_key_i``/
-    ``past_value_i`` (B, H, T, D), ``cross_key_i``/``cross_value_i`` (B, H, S, D).
+    ``start`` (0..N-1 for a chain; tree positions for drafts with leaves, see
+    :mod:`nmt_specdec.decoding.draft_tree`), ``self_mask`` and ``slot_index``
+    (built on the host, see :mod:`.attention_inputs`; ``slot_index`` with
+    ``same_bits`` only), ``past_key_i``/``past_value_i`` (B, H, T, D),
+    ``cross_key_i``/``cross_value_i`` (B, H, S, D).
     Outputs: ``logits`` (B, N, V), ``normaliser`` (B, N) their ``logsumexp``
     (fairseq's scores are log-probabilities: computed in the graph it costs
     ~12 us, in torch after the call ~60 us an iteration on logits that had just
@@ -219,19 +189,19 @@ class VerifyGraph(nn.Module):
         self.same_bits = same_bits
 
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, offsets: Tensor,
-                ancestors: Tensor, *kv: Tensor):
+                self_mask: Tensor, slot_index: Tensor, *kv: Tensor):
         lean = self.verifier
         layers = len(lean.layers)
         past, cross = kv[: 2 * layers], kv[2 * layers:]
         x = lean.embed_inputs(tokens, start.unsqueeze(1) + offsets)  # (B, N, C)
+        mask = self_mask
         if self.same_bits:  # the new inputs at their own slots, see _attend_rows
-            index, mask = _block_slots(start, offsets, ancestors, past[0])
             attention = _attend_rows
 
             def place(cache: Tensor, new: Tensor) -> Tensor:
-                return _ScatterND.apply(cache, index, new)
+                return _ScatterND.apply(cache, slot_index, new)
         else:  # after the cache: cheaper, and rounds by the number of positions
-            mask, attention = _after_cache_mask(start, ancestors, past[0]), attend
+            attention = attend
 
             def place(cache: Tensor, new: Tensor) -> Tensor:
                 return torch.cat([cache, new], dim=2)

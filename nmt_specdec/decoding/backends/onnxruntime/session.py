@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
 from nmt_specdec.decoding.backends.onnxruntime import export
+from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import AttentionInputs
 from nmt_specdec.decoding.backends.onnxruntime.drafters import (
     FusedDrafter,
     OrtDrafter,
@@ -88,6 +89,8 @@ class OrtVerifier(VerifierCalls):
             weakref.WeakKeyDictionary())
         self.embed = torch.zeros(1, backend.dim)  # dtype/device/C of the loop's buffers
         self.scratch = Scratch()
+        # The 8-bit graphs take the same-bits layout (see export_graphs).
+        self.attention_inputs = AttentionInputs(backend.heads, same_bits=backend.int8)
         self._chains: Dict[int, Tuple[Tensor, Tensor]] = {}
         self._past: Optional[Tuple[Tensor, Tensor, List[Tensor]]] = None
 
@@ -153,6 +156,8 @@ class OrtVerifier(VerifierCalls):
         cache.reserve(start_max + new)  # before the graph reads the buffers
         past = self._past_views(cache)
         offsets, ancestors = tree if tree is not None else self._chain(new)
+        self_inputs = self.attention_inputs(start, uniform, cache.slots, ancestors,
+                                            chain=tree is None)
         drafter, decision, bound = b.fused_drafter, None, None
         if drafter is not None and drafter.k > 0 and new - 1 == drafter.k * drafter.count:
             # These are the drafts it just proposed: the call also accepts and drafts
@@ -160,7 +165,7 @@ class OrtVerifier(VerifierCalls):
             depth, count = drafter.k, drafter.count
             drafts = take("drafts", (batch, count, depth), torch.long)
             decision = take("decision", (batch, 4), torch.long)
-            b.fused_session.run([tokens, start, cross.mask, offsets, ancestors,
+            b.fused_session.run([tokens, start, cross.mask, offsets, *self_inputs,
                                  parent_index(depth, count), candidate_slots(depth + 1),
                                  candidate_slots(count), *past, *cross.cross,
                                  *drafter.memory.draft],
@@ -172,7 +177,8 @@ class OrtVerifier(VerifierCalls):
                 bound = take("bound", (batch, new))
                 outputs.append(bound)
             self._graph_of.get(cache, self.session).run(
-                [tokens, start, cross.mask, offsets, ancestors, *past, *cross.cross], outputs)
+                [tokens, start, cross.mask, offsets, *self_inputs, *past, *cross.cross],
+                outputs)
         # The graph read the whole cache; the shared cache code writes the new slots.
         cache.begin_pass(start, new, start_max, uniform, mask=False)
         shape = (b.layers, batch, *keys.shape[1:])
