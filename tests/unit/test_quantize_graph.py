@@ -54,3 +54,34 @@ def test_a_row_gets_the_same_bits_alone_or_beside_others(tmp_path, inputs, outpu
     # And still the product it replaces, to 8-bit precision.
     exact = x[0] @ weight
     assert np.abs(together[0] - exact).max() < 0.02 * np.abs(exact).max()
+
+
+def test_biases_fold_into_the_8bit_products(tmp_path):
+    """A constant bias after a product becomes the product's bias input: one node
+    fewer, the same sums."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
+
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((64, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="product"),
+         helper.make_node("Add", ["h", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    quantize_graph(path)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops == ["MatMulNBits"]
+    y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    exact = x @ weight + bias
+    assert np.abs(y - exact).max() < 0.05 * np.abs(exact).max()

@@ -85,7 +85,42 @@ def quantize_graph(path: Path, only_under: Optional[str] = None) -> None:
                                      accuracy_level=ACCURACY_LEVEL, nodes_to_exclude=exclude)
     with logs.quiet("onnxruntime.quantization"):  # one INFO line per matrix product
         quantizer.process()
+    fold_biases(quantizer.model.model)
     quantizer.model.save_model_to_file(str(path))
+
+
+def fold_biases(model) -> int:
+    """Moves each constant bias ``Add`` after a ``MatMulNBits`` into the op's own
+    bias input (the quantizer leaves them apart): the same sums, one node fewer
+    each (18 in the shipped model's verify graph, ~2 us of a ~160 us call).
+    Returns how many were folded."""
+    graph = model.graph
+    vectors = {t.name: t.dims[0] for t in graph.initializer if len(t.dims) == 1}
+    readers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    kept_outputs = {o.name for o in graph.output}
+    folded = []
+    for node in graph.node:
+        if node.op_type != "MatMulNBits" or (len(node.input) > 5 and node.input[5]):
+            continue
+        product = node.output[0]
+        add = readers.get(product, [None])[0]
+        if product in kept_outputs or len(readers.get(product, [])) != 1 \
+                or add.op_type != "Add":
+            continue
+        bias = add.input[1] if add.input[0] == product else add.input[0]
+        columns = next(a.i for a in node.attribute if a.name == "N")
+        if vectors.get(bias) != columns:  # a bias of every output column, nothing else
+            continue
+        # Inputs: A, B, scales, zero_points, g_idx, bias (the skipped ones empty).
+        node.input.extend([""] * (5 - len(node.input)) + [bias])
+        node.output[0] = add.output[0]
+        folded.append(add)
+    for add in folded:
+        graph.node.remove(add)
+    return len(folded)
 
 
 def quantize_rows(path: Path) -> None:
