@@ -44,6 +44,7 @@ class StaticKVCache:
         self._pass_width = 0  # T' of the current pass
         self._slots: Tensor = self._rows  # (B, N) slot of each new position
         self._uniform_start: Optional[int] = None  # set when every row starts there
+        self._host_views: Optional[tuple] = None  # see _host
 
     def reserve(self, width: int) -> None:
         """Makes room for ``width`` slots (growing by whole chunks; the written
@@ -120,13 +121,28 @@ class StaticKVCache:
         whose pass returns them all, instead of calling :meth:`store` per layer)."""
         used = self._pass_width
         if self._uniform_start is not None:
-            self.key[:, :, :, self._uniform_start:used] = keys
-            self.value[:, :, :, self._uniform_start:used] = values
+            start = self._uniform_start
+            if keys.dtype == self.key.dtype == torch.float32 and keys.device.type == "cpu":
+                # Through numpy: ~1 us a write where a tensor slice write takes ~2.
+                key, value = self._host()
+                key[:, :, :, start:used] = keys.numpy()
+                value[:, :, :, start:used] = values.numpy()
+            else:
+                self.key[:, :, :, start:used] = keys
+                self.value[:, :, :, start:used] = values
             return
         rows = self._rows[: keys.size(1)]
         # Advanced indices (B, N) around slices put (B, N) first: (B, N, L, H, D).
         self.key[:, rows, :, self._slots] = keys.permute(1, 3, 0, 2, 4)
         self.value[:, rows, :, self._slots] = values.permute(1, 3, 0, 2, 4)
+
+    def _host(self) -> Tuple:
+        """Numpy views of the key and value buffers (on the CPU), made once per buffer."""
+        views = self._host_views
+        if views is None or views[0] is not self.key or views[1] is not self.value:
+            views = self._host_views = (self.key, self.value, self.key.numpy(),
+                                        self.value.numpy())
+        return views[2:]
 
     def keep_rows(self, rows: Tensor) -> None:
         """Keeps only ``rows`` (B',), in that order; copies only the used width."""

@@ -477,3 +477,34 @@ def test_int8_encodes_a_batch_of_one_with_the_sentence_graph(shipped, backends, 
     for a, b in zip(alone.cross, both.cross):
         difference = (a[0] - b[0, :, -width:]).abs().max()
         assert difference < 0.05 * a.abs().max(), difference  # 8-bit rounding, not garbage
+
+
+def test_a_greedy_step_reruns_its_bound_call_and_reads_the_new_contents(shipped, backends,
+                                                                         monkeypatch):
+    """The same tensors as the last call (a sentence's greedy steps) run the bound
+    call again; its results are those of a call bound afresh."""
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtVerifier
+
+    model, task, sources = shipped
+    backend = backends[True]
+    verifier = backend.verifier()
+    first = sources[0].unsqueeze(0)
+    memory = backend.encode({"src_tokens": first, "src_lengths": torch.tensor([first.size(1)])})
+    eos, calls = task.target_dictionary.eos(), []
+    call = OrtVerifier._call
+    monkeypatch.setattr(OrtVerifier, "_call", lambda self, *a: (calls.append(1), call(self, *a))[1])
+    results = {}
+    for kept in (True, False):  # the same tensors each step, or new ones
+        cache = verifier.new_cache(1, 8)
+        tokens, start = torch.tensor([[eos]]), torch.zeros(1, dtype=torch.long)
+        calls.clear()
+        for step, token in enumerate([eos, 57, 301]):
+            if not kept:
+                tokens, start = tokens.clone(), start.clone()
+            tokens[0, 0], start[0] = token, step
+            results[kept, step] = verifier.verify(tokens, start, step, cache, memory,
+                                                  True).logits.clone()
+        assert len(calls) == (1 if kept else 3)
+    for step in range(3):
+        assert torch.equal(results[True, step], results[False, step])
+    assert not torch.equal(results[True, 1], results[True, 2])

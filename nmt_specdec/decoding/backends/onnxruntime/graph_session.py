@@ -68,6 +68,7 @@ class GraphSession:
         # is. The same object needs no look at all (the loop's cache, the encoder
         # memory and kept buffers are passed as the same objects step after step).
         self._last: List[Optional[Tensor]] = [None] * (len(self.inputs) + len(self.outputs))
+        self.bindings = 0  # names bound so far: a caller can tell its binding is intact
         self._fast = None
         try:  # (pybind binding, C device, pybind session)
             device = ort.OrtDevice.make("cpu", 0)._get_c_device()
@@ -82,11 +83,16 @@ class GraphSession:
         # one pass at C speed, only the others are looked at.
         bound = [self._rebind(slot, tensors[slot]) for slot in
                  compress(range(len(tensors)), map(is_not, tensors, self._last))]
+        self.run_bound()
+        del bound  # casts and contiguous copies had to outlive the call
+
+    def run_bound(self) -> None:
+        """Runs on the tensors bound now (for a caller that knows they are its
+        inputs and outputs as they were: :attr:`bindings` unchanged since)."""
         if self._fast is not None:
             self._fast[2].run_with_iobinding(self._fast[0], None)
         else:
             self.session.run_with_iobinding(self.binding)
-        del bound  # casts and contiguous copies had to outlive the call
 
     def _rebind(self, slot: int, given: Tensor) -> Tensor:
         """Binds input (or output, past the inputs) ``slot`` to ``given``; returns
@@ -113,6 +119,7 @@ class GraphSession:
         if self._bound.get(name) == key:
             return
         self._bound[name] = key
+        self.bindings += 1
         if self._fast is not None:
             binding, device, _ = self._fast
             bind = binding.bind_input if is_input else binding.bind_output
