@@ -483,6 +483,7 @@ def test_a_greedy_step_reruns_its_bound_call_and_reads_the_new_contents(shipped,
                                                                          monkeypatch):
     """The same tensors as the last call (a sentence's greedy steps) run the bound
     call again; its results are those of a call bound afresh."""
+    from nmt_specdec.decoding.backends.onnxruntime.graph_session import GraphSession
     from nmt_specdec.decoding.backends.onnxruntime.session import OrtVerifier
 
     model, task, sources = shipped
@@ -491,8 +492,10 @@ def test_a_greedy_step_reruns_its_bound_call_and_reads_the_new_contents(shipped,
     first = sources[0].unsqueeze(0)
     memory = backend.encode({"src_tokens": first, "src_lengths": torch.tensor([first.size(1)])})
     eos, calls = task.target_dictionary.eos(), []
-    call = OrtVerifier._call
+    call, run_bound, runs = OrtVerifier._call, GraphSession.run_bound, []
     monkeypatch.setattr(OrtVerifier, "_call", lambda self, *a: (calls.append(1), call(self, *a))[1])
+    # Every run goes through run_bound (where --profile clocks the runtime).
+    monkeypatch.setattr(GraphSession, "run_bound", lambda self: (runs.append(1), run_bound(self)))
     results = {}
     for kept in (True, False):  # the same tensors each step, or new ones
         cache = verifier.new_cache(1, 8)
@@ -505,6 +508,7 @@ def test_a_greedy_step_reruns_its_bound_call_and_reads_the_new_contents(shipped,
             results[kept, step] = verifier.verify(tokens, start, step, cache, memory,
                                                   True).logits.clone()
         assert len(calls) == (1 if kept else 3)
+    assert len(runs) == 6
     for step in range(3):
         assert torch.equal(results[True, step], results[False, step])
     assert not torch.equal(results[True, 1], results[True, 2])
