@@ -22,6 +22,9 @@ from tests.helpers.shipped_model import hand_written_sources, load_model, shippe
 READS = {"tolist", "item", "__bool__", "__int__", "__float__", "__index__", "nonzero",
          "numpy", "cpu"}
 PER_BATCH = 2  # max_len.tolist() before the loop, the statistics' tally after it
+# Functions whose reads only their CPU branch makes (on a GPU they stay on the device):
+# acceptance.argmax_last takes numpy's argmax for CPU scores, torch's for CUDA ones.
+CPU_ONLY = {"argmax_last"}
 
 
 class HostReads(TorchFunctionMode):
@@ -44,6 +47,8 @@ def _caller():
 
     for frame in inspect.stack()[2:]:
         if "/nmt_specdec/" in frame.filename:
+            if frame.function in CPU_ONLY:
+                return None
             return frame.filename.split("/nmt_specdec/")[1]
         if "/torch/" not in frame.filename:
             return None  # fairseq's or the test's own read
