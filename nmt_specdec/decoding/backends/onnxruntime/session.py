@@ -78,6 +78,7 @@ class _Repeat(NamedTuple):
 
     tokens: Tensor
     start: Tensor
+    offsets: Tensor  # a chain's, or a draft tree's positions
     cross: Memory
     buffers: Tuple[Tensor, Tensor]  # the cache's key and value buffers it read
     self_mask: Tensor  # (with its slot index: the same kept buffers)
@@ -166,7 +167,8 @@ class OrtVerifier(VerifierCalls):
                                             chain=tree is None)
         repeat = self._repeat
         if (repeat is not None and repeat.tokens is tokens and repeat.start is start
-                and repeat.cross is cross and repeat.buffers[0] is cache.key
+                and repeat.offsets is offsets and repeat.cross is cross
+                and repeat.buffers[0] is cache.key
                 and repeat.buffers[1] is cache.value and repeat.self_mask is self_inputs[0]
                 and repeat.session.bindings == repeat.bindings and not self._fused_turn(new)):
             # The very tensors of the last call, bound as they are (a greedy step of
@@ -227,7 +229,7 @@ class OrtVerifier(VerifierCalls):
         new_kv = (keys.view(shape), values.view(shape))
         verified = Verified(hidden, logits, lse, decision, bound)
         self._repeat = None if session is None else _Repeat(
-            tokens, start, cross, (cache.key, cache.value), self_inputs[0], session,
+            tokens, start, offsets, cross, (cache.key, cache.value), self_inputs[0], session,
             session.bindings, verified, new_kv)
         return (verified, *new_kv)
 
