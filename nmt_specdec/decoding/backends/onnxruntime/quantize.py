@@ -106,10 +106,10 @@ def fold_biases(model) -> int:
         if node.op_type != "MatMulNBits" or (len(node.input) > 5 and node.input[5]):
             continue
         product = node.output[0]
-        add = readers.get(product, [None])[0]
-        if product in kept_outputs or len(readers.get(product, [])) != 1 \
-                or add.op_type != "Add":
+        users = readers.get(product, [])
+        if product in kept_outputs or len(users) != 1 or users[0].op_type != "Add":
             continue
+        add = users[0]
         bias = add.input[1] if add.input[0] == product else add.input[0]
         columns = next(a.i for a in node.attribute if a.name == "N")
         if vectors.get(bias) != columns:  # a bias of every output column, nothing else
