@@ -48,7 +48,12 @@ from nmt_specdec.decoding.draft_tree import (
     walk_row,
 )
 from nmt_specdec.decoding.drafters import DraftRequest
-from nmt_specdec.decoding.scoring import certainty_margin, constrain_logits_, normaliser
+from nmt_specdec.decoding.scoring import (
+    Constraints,
+    certainty_margin,
+    constrain_logits_,
+    normaliser,
+)
 from nmt_specdec.decoding.stats import tally_turns
 from nmt_specdec.decoding.steps import (
     Batch,
@@ -64,9 +69,12 @@ from nmt_specdec.decoding.steps import (
 Decision = Tuple[int, int, bool, List[int], List[int]]
 
 
-def decode_single_row(parts: LoopParts, batch: Batch) -> List[tuple]:
-    """The loop for a batch of one: ``[(tokens, scores, iterations)]``."""
-    row, options = _HostRow(batch), parts.options
+def decode_single_row(parts: LoopParts, batch: Batch,
+                      kept: Optional["RowBuffers"] = None) -> List[tuple]:
+    """The loop for a batch of one: ``[(tokens, scores, iterations)]``.
+
+    ``kept``: the buffers of the previous sentence's loop, taken over (default: new)."""
+    row, options = _HostRow(batch, kept or RowBuffers()), parts.options
     turns: List[tuple] = []  # (K, accepted drafts, committed, finished) per turn
     finished = False
     while not finished:
@@ -83,8 +91,8 @@ def decode_single_row(parts: LoopParts, batch: Batch) -> List[tuple]:
             move_leaf_keys(batch.cache, row.start, torch.tensor([decided[3]]),
                            torch.tensor([decided[0]]))
         count, finished = row.commit(decided, flat, lse, parts.rules.eos)
-        # The state that predicted the correction: the next draft reads it.
-        row.states = verified.hidden[:, row.final]
+        if batch.k_max:  # the state that predicted the correction: the next draft reads it
+            row.states = verified.hidden[:, row.final]
         turns.append((k, decided[0], count, finished))
         # Drafts committed, none past an EOS: what drafting K bought this sentence.
         end_turn(parts, k, [count - 1] if parts.k_policy.wants_counts else [], started)
@@ -98,31 +106,45 @@ def decode_single_row(parts: LoopParts, batch: Batch) -> List[tuple]:
              torch.tensor(row.scores[1:], dtype=batch.rows.scores.dtype), len(turns))]
 
 
+class RowBuffers:
+    """The tensors a sentence's verify calls bind, and numpy views of what they
+    return, kept from sentence to sentence: a graph runtime then keeps their
+    bindings (~3 us each a sentence saved), and no view is made again."""
+
+    def __init__(self) -> None:
+        self.start = torch.zeros(1, dtype=torch.long)  # (1,) the verify call's first position
+        self.host_start = self.start.numpy()
+        self.inputs: Dict[int, Tuple[Tensor, np.ndarray]] = {}  # K+1 -> (1, K+1) chain inputs
+        self.views: Dict[int, Tuple[Tensor, np.ndarray]] = {}  # see _HostRow._host_view
+
+
 class _HostRow:
     """One sentence's committed tokens and scores as host lists. The drafter reads
     the batch's buffers, which the host writes through numpy views (a scalar
     write, no tensor op); tensors the verify call binds are kept between turns
     (a graph runtime then keeps its bindings)."""
 
-    def __init__(self, batch: Batch):
+    def __init__(self, batch: Batch, kept: RowBuffers):
         self.rows = batch.rows
         self.prefix = self.rows.tokens[:, :-1]  # the drafter's view of the committed tokens
         self.host_tokens, self.host_length = self.rows.tokens.numpy(), self.rows.lengths.numpy()
         self.committed, self.scores = [int(self.host_tokens[0, 0])], [0.0]
+        self.limit = batch.limits[0]  # the output step at which EOS is forced
         self.states = self.rows.states  # (1, C) the state that predicted the last token
         self.final = -1  # the verify input whose state ``states`` is (-1: the start)
-        self.start = self.rows.lengths.new_zeros(1)  # (1,) the verify call's first position
-        self.host_start = self.start.numpy()
-        self.inputs: Dict[int, Tensor] = {}  # K+1 -> (1, K+1) chain inputs, kept
+        self.start, self.host_start = kept.start, kept.host_start
+        self.host_start[0] = 0
+        self.inputs, self._views = kept.inputs, kept.views
         self.offsets = torch.arange(batch.k_max + 1)
-        self._views: Dict[int, Tuple[Tensor, np.ndarray]] = {}  # see _host_view
 
     def draft(self, parts: LoopParts, k: int, candidates: int) -> Tensor:
         """Step 1: the (1, N) verify inputs."""
-        tokens = self.inputs.get(k + 1)
-        if tokens is None:
-            tokens = self.inputs[k + 1] = self.rows.lengths.new_zeros(1, k + 1)
-        tokens[0, 0] = self.committed[-1]
+        kept = self.inputs.get(k + 1)
+        if kept is None:
+            tensor = self.rows.lengths.new_zeros(1, k + 1)
+            kept = self.inputs[k + 1] = (tensor, tensor.numpy())
+        tokens = kept[0]
+        kept[1][0, 0] = self.committed[-1]  # a numpy scalar write: ~0.3 us, a tensor's ~3
         request = None
         if k > 0:
             anchor = (len(self.committed) - 1, self.committed[-1], self.final)
@@ -136,11 +158,12 @@ class _HostRow:
         """Step 3, accept: the decision, the (N, V) scores it read and the (N,)
         normaliser, all on the host."""
         options, rules = parts.options, parts.rules
-        constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
-        if k == 0 and not constrained and verified.decision is None:
-            greedy = self._greedy(verified, rules.pad, certainty_margin(options.beta, options.tau))
+        if k == 0 and verified.decision is None:
+            greedy = self._greedy(verified, rules, checks,
+                                  certainty_margin(options.beta, options.tau))
             if greedy is not None:
                 return greedy
+        constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
         decided = _fused_decision(verified.decision, options.beta == 1 and not constrained,
                                   tokens, k)
         if decided is not None:  # the call's own, on raw scores
@@ -163,22 +186,32 @@ class _HostRow:
             decided = host_accept(logits, flat, tokens, k, width, options.beta, options.tau)
         return decided, flat, lse.detach().numpy()[0]
 
-    def _greedy(self, verified: Verified, pad: int, margin: float
+    def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float
                 ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:
         """A greedy turn's :meth:`decide` read straight from the call's buffers:
-        the same decision (pad excluded, the best score certified against the
-        bound as :func:`~.steps.constrained_scores` does), in less than half its
-        host time. None where the general path must decide: scores other than
+        the same decision (fairseq's constraints as column writes on the one row,
+        the best score certified against the bound as
+        :func:`~.steps.constrained_scores` does), in less than half its host
+        time. None where the general path must decide: scores other than
         float32, no normaliser from the call, or a best score not certified."""
         if verified.logits.dtype is not torch.float32 or verified.normaliser is None:
             return None
         flat = self._host_view(verified.logits)[0]  # (1, V)
-        flat[0, pad] = -math.inf  # _never_pad
-        token = int(flat[0].argmax())
+        row = flat[0]
+        row[rules.pad] = -math.inf  # what constrain_logits_ writes, in its order
+        if rules.unk_penalty:
+            row[rules.unk] -= rules.unk_penalty
+        if checks[0] or checks[1]:
+            step = len(self.committed) - 1  # the output step this position predicts
+            eos = -math.inf if checks[0] and step < rules.min_len else row[rules.eos]
+            if checks[1] and step >= self.limit:
+                row[:] = -math.inf
+            row[rules.eos] = eos
+        token = int(row.argmax())
         if verified.bound is not None:
             # (1,) arrays: float32 arithmetic, as certain() computes it.
             above = self._host_view(verified.bound)[0] + margin
-            if not flat[0, token] > above[0]:
+            if not row[token] > above[0]:
                 return None
         return (0, token, False, [0], []), flat, self._host_view(verified.normaliser)[0]
 

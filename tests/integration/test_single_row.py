@@ -5,7 +5,7 @@ reference. Same tokens, same scores (bit for bit: the same float32 arithmetic),
 same iterations per sentence and the same statistics, on the shipped model's
 40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance, draft
 trees and --spec-k auto, on both backends; and at the length limits (EOS forbidden before
-``min_len``, forced at ``max_len``) on the toy model.
+``min_len``, forced at ``max_len``) and with an unk penalty, greedy and K=2.
 """
 
 from __future__ import annotations
@@ -90,17 +90,26 @@ def test_auto_k_takes_the_same_turns(shipped):
     assert len(outputs[0][1]) > 1  # more than one K was chosen
 
 
-@pytest.mark.parametrize("min_len, max_len_b", [(3, 5), (1, 2), (6, 8)])
-def test_length_limits_match(shipped, min_len, max_len_b):
-    # EOS forbidden for the first min_len steps, forced at max_len: both loops
-    # apply the same constraints at the same iterations.
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("k", [0, 2])
+@pytest.mark.parametrize("min_len, max_len_b, unkpen", [(3, 5, 0.0), (1, 2, 0.0), (6, 8, 0.0),
+                                                        (1, 8, -20.0)])
+def test_length_limits_match(shipped, backend, k, min_len, max_len_b, unkpen):
+    # EOS forbidden for the first min_len steps, forced at max_len, unk penalised
+    # (here rewarded, so that it is committed): both loops apply the same
+    # constraints at the same iterations; a greedy turn of the single-row loop
+    # applies them on its own host path.
     from nmt_specdec.decoding.options import DecodingOptions
 
     model, task, sources = shipped
-    results = _decode_both(model, task, sources[:12], options=DecodingOptions(k=2),
-                           min_len=min_len, max_len_a=0, max_len_b=max_len_b)
+    results = _decode_both(model, task, sources[:12], backend=backend,
+                           options=DecodingOptions(k=k), min_len=min_len, max_len_a=0,
+                           max_len_b=max_len_b, unkpen=unkpen)
     _assert_same(results)
     lengths = [h["tokens"].numel() for h in results[0][0]]
     # Output steps 0..max_len (EOS at the last), never EOS before step min_len.
     assert min_len + 1 <= min(lengths) and max(lengths) <= max_len_b + 1
     assert max(lengths) == max_len_b + 1  # some sentence was cut by the limit
+    if unkpen:
+        unk = task.target_dictionary.unk()
+        assert any(unk in h["tokens"].tolist() for h in results[0][0])
