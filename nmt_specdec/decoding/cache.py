@@ -29,16 +29,22 @@ class StaticKVCache:
             (a backend whose graph attends over the whole buffer: at batch 32 an
             ONNX Runtime verify step over 72 slots took 5.3 ms, over 16 slots
             3.3 ms); 0: all ``slots`` at once.
+        spare: the first buffers of a finished batch's cache, taken over (zeroed)
+            where they have this cache's first shape (see :meth:`first_buffers`).
     """
 
     def __init__(self, layers: int, batch: int, heads: int, slots: int, head_dim: int,
-                 like: Tensor, grow_by: int = 0):
+                 like: Tensor, grow_by: int = 0, spare: Optional[Tuple[Tensor, Tensor]] = None):
         self.max_slots, self.grow_by = slots, grow_by
         shape = (layers, batch, heads, min(slots, grow_by) if grow_by else slots, head_dim)
         # Zeros, not empty: masked slots still enter the attention arithmetic
         # (weight 0 times a stale value), and uninitialised memory may hold NaN.
-        self.key = like.new_zeros(shape)
-        self.value = like.new_zeros(shape)
+        if (spare is not None and spare[0].shape == shape and spare[0].dtype == like.dtype
+                and spare[0].device == like.device):
+            self.key, self.value = spare[0].zero_(), spare[1].zero_()
+        else:
+            self.key, self.value = like.new_zeros(shape), like.new_zeros(shape)
+        self.first_buffers = (self.key, self.value)  # what a later cache may take over
         self.width = 0  # slots written so far by the longest row (a host int)
         self._rows = torch.arange(batch, device=like.device).unsqueeze(1)  # (B, 1)
         self._pass_width = 0  # T' of the current pass

@@ -43,7 +43,7 @@ from nmt_specdec.decoding.scoring import (
     constrain_logits_,
     positional_scores,
 )
-from nmt_specdec.decoding.single_row import decode_single_row
+from nmt_specdec.decoding.single_row import RowBuffers, decode_single_row
 from nmt_specdec.decoding.stats import SpecDecStats, tally_turns
 from nmt_specdec.decoding.steps import (
     Batch,
@@ -109,6 +109,7 @@ class SpecDecGenerator(nn.Module):
         # One row on the CPU decides on the host (:mod:`.single_row`); tests switch it
         # off to compare with the batched loop.
         self.single_row = True
+        self._row_buffers: Optional[RowBuffers] = None  # kept from sentence to sentence
 
     def reset_k_policy(self) -> None:
         """Forgets what ``--spec-k auto`` learned (acceptance, pass costs): the next
@@ -166,7 +167,8 @@ class SpecDecGenerator(nn.Module):
         batch = start_batch(parts, encoder_out, max_len, bos)
         self.last_cache = batch.cache
         if self.single_row and max_len.numel() == 1 and verifier.embed.device.type == "cpu":
-            finished = decode_single_row(parts, batch)
+            self._row_buffers = self._row_buffers or RowBuffers()
+            finished = decode_single_row(parts, batch, self._row_buffers)
         else:
             finished = decode_rows(parts, batch)
         self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),

@@ -232,8 +232,10 @@ class LengthRules:
 
     def max_lengths(self, src_tokens: Tensor, pad: int) -> Tensor:
         """(B,) step at which each sentence is forced to emit EOS."""
-        own = src_tokens.ne(pad).long().sum(dim=1)
-        widths = own.tolist() if self.per_sentence else [src_tokens.size(1)] * len(own)
+        if self.per_sentence:
+            widths = src_tokens.ne(pad).long().sum(dim=1).tolist()
+        else:  # the batch's width: no tensor op (~15 us a batch at batch 1)
+            widths = [src_tokens.size(1)] * src_tokens.size(0)
         limits = [min(int(self.max_len_a * w + self.max_len_b), self.max_positions - 1)
                   for w in widths]
         return torch.tensor(limits, dtype=torch.long, device=src_tokens.device)

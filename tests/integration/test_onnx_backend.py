@@ -29,6 +29,7 @@ from tests.helpers.shipped_model import (
     decode_all,
     hand_written_sources,
     load_model,
+    shipped_generator,
 )
 
 SENTENCES = Path(__file__).resolve().parents[1] / "helpers" / "de_sentences.txt"
@@ -512,3 +513,25 @@ def test_a_greedy_step_reruns_its_bound_call_and_reads_the_new_contents(shipped,
     for step in range(3):
         assert torch.equal(results[True, step], results[False, step])
     assert not torch.equal(results[True, 1], results[True, 2])
+
+
+def test_one_sentence_after_another_takes_over_the_cache_buffers(shipped, backends):
+    """At batch 1 a new cache takes over the last one's first buffers, zeroed (the
+    graph's cache inputs then stay bound); another shape or a batch gets its own.
+    A sentence decoded again after another gives the same tokens and scores."""
+    model, task, sources = shipped
+    verifier = backends[True].verifier()
+    first = verifier.new_cache(1, 20)
+    first.key.fill_(1.0)
+    first.value.fill_(float("nan"))
+    second = verifier.new_cache(1, 20)
+    assert second.key is first.key and second.value is first.value
+    assert not second.key.any() and not second.value.any()
+    assert verifier.new_cache(2, 20).key is not second.key
+    assert verifier.new_cache(1, 10).key.shape != second.key.shape  # fewer slots than a chunk
+    generator = shipped_generator(model, task, backend=backends[True])
+    dataset = task.build_dataset_for_inference(sources[:2], [len(s) for s in sources[:2]])
+    hypotheses = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
+                  for i in (0, 1, 0)]
+    assert torch.equal(hypotheses[0]["tokens"], hypotheses[2]["tokens"])
+    assert torch.equal(hypotheses[0]["positional_scores"], hypotheses[2]["positional_scores"])

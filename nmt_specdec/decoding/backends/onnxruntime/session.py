@@ -109,6 +109,7 @@ class OrtVerifier(VerifierCalls):
         self._chains: Dict[int, Tuple[Tensor, Tensor]] = {}
         self._past: Optional[Tuple[Tensor, Tensor, List[Tensor]]] = None
         self._repeat: Optional[_Repeat] = None  # the last plain verify call
+        self._spare_cache: Optional[Tuple[Tensor, Tensor]] = None  # see new_cache
 
     def _chain(self, new: int) -> Tuple[Tensor, Tensor]:
         """Offsets 0..N-1 and the causal mask of a chain of N inputs (kept, so that
@@ -140,8 +141,12 @@ class OrtVerifier(VerifierCalls):
         # as its length limit (202 slots by default, for ~10 tokens): the 8-bit
         # greedy ran 1.16x faster growing it, fp32 1.10x, the same output 500/500
         # (AMD EPYC family 26, 500 gettext sentences; chunks of 8 or 32: the same).
+        # One sentence after another takes over the last one's first buffers (the
+        # loop is done with it): the graph's cache inputs stay bound as they are.
         cache = StaticKVCache(b.layers, batch, b.heads, slots, b.dim // b.heads, like=self.embed,
-                              grow_by=CACHE_CHUNK)
+                              grow_by=CACHE_CHUNK, spare=self._spare_cache if batch == 1 else None)
+        if batch == 1:
+            self._spare_cache = cache.first_buffers
         graph = self._batch_graph() if batch >= ROWS_FROM else None
         if graph is not None:
             # The whole batch, to its last row, verifies with this one graph: beta=1
