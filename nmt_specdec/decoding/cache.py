@@ -51,6 +51,7 @@ class StaticKVCache:
         self._slots: Tensor = self._rows  # (B, N) slot of each new position
         self._uniform_start: Optional[int] = None  # set when every row starts there
         self._host_views: Optional[tuple] = None  # see _host
+        self._new_views: Optional[tuple] = None  # see _host_new
 
     def reserve(self, width: int) -> None:
         """Makes room for ``width`` slots (growing by whole chunks; the written
@@ -128,11 +129,11 @@ class StaticKVCache:
         used = self._pass_width
         if self._uniform_start is not None:
             start = self._uniform_start
-            if keys.dtype == self.key.dtype == torch.float32 and keys.device.type == "cpu":
-                # Through numpy: ~1 us a write where a tensor slice write takes ~2.
+            new = self._host_new(keys, values)
+            if new is not None:  # through numpy: ~1 us a write where a tensor's takes ~2
                 key, value = self._host()
-                key[:, :, :, start:used] = keys.numpy()
-                value[:, :, :, start:used] = values.numpy()
+                key[:, :, :, start:used] = new[0]
+                value[:, :, :, start:used] = new[1]
             else:
                 self.key[:, :, :, start:used] = keys
                 self.value[:, :, :, start:used] = values
@@ -141,6 +142,18 @@ class StaticKVCache:
         # Advanced indices (B, N) around slices put (B, N) first: (B, N, L, H, D).
         self.key[:, rows, :, self._slots] = keys.permute(1, 3, 0, 2, 4)
         self.value[:, rows, :, self._slots] = values.permute(1, 3, 0, 2, 4)
+
+    def _host_new(self, keys: Tensor, values: Tensor) -> Optional[Tuple]:
+        """Numpy views of a pass's new keys and values where the cache can take them
+        through numpy (float32, on the CPU), else None; kept for the same tensors
+        (a graph backend returns the same buffers pass after pass)."""
+        kept = self._new_views
+        if kept is None or kept[0] is not keys or kept[1] is not values:
+            host = (keys.dtype == values.dtype == self.key.dtype == torch.float32
+                    and keys.device.type == "cpu")
+            kept = self._new_views = (keys, values,
+                                      (keys.numpy(), values.numpy()) if host else None)
+        return kept[2]
 
     def _host(self) -> Tuple:
         """Numpy views of the key and value buffers (on the CPU), made once per buffer."""

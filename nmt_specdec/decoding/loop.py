@@ -165,9 +165,12 @@ class SpecDecGenerator(nn.Module):
         parts = LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
                           verifier)
         batch = start_batch(parts, encoder_out, max_len, bos)
-        self.last_cache = batch.cache
+        # Not through nn.Module.__setattr__ (~10 us a batch at batch 1: it looks the
+        # name up among parameters, buffers and submodules).
+        self.__dict__["last_cache"] = batch.cache
         if self.single_row and max_len.numel() == 1 and verifier.embed.device.type == "cpu":
-            self._row_buffers = self._row_buffers or RowBuffers()
+            if self._row_buffers is None:
+                self._row_buffers = RowBuffers()
             finished = decode_single_row(parts, batch, self._row_buffers)
         else:
             finished = decode_rows(parts, batch)

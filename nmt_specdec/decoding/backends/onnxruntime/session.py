@@ -321,6 +321,8 @@ class OrtBackend(Backend):
                                      rows=lambda: session(export.VERIFY_ROWS))
         self.draft_session = session(export.DRAFT)
         self.fused_session = session(export.FUSED) if self.fused_draft else None
+        # The draft head's source layers, whose keys/values the encoder also returns.
+        self.draft_layers = draft_layers if self.draft_session is not None else 0
 
     @property
     def model(self) -> nn.Module:
@@ -340,9 +342,8 @@ class OrtBackend(Backend):
         batch, source = src.shape
         head_dim = self.dim // self.heads
         mask = torch.empty(batch, 1, 1, source, dtype=torch.bool)
-        draft_layers = self.model.draft_head.source_layers if self.draft_session else 0
         kv = [torch.empty(batch, self.heads, source, head_dim)
-              for _ in range(2 * (self.layers + draft_layers))]
+              for _ in range(2 * (self.layers + self.draft_layers))]
         encoder = (self.sentence_encoder_session if batch == 1 else None) or self.encoder_session
         encoder.run([src, net_input["src_lengths"]], [mask, *kv])
         return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
