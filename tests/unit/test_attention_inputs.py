@@ -4,6 +4,7 @@ what each new input may see."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import AttentionInputs
@@ -40,14 +41,19 @@ def test_same_bits_mask_and_slots_for_chains_and_trees():
                 assert index[b, h].tolist() == [[b, h, first + j] for j in range(new)]
 
 
-def test_the_uniform_chain_shortcut_equals_the_general_mask():
-    shortcut, general = AttentionInputs(2, True), AttentionInputs(2, True)
+@pytest.mark.parametrize("same_bits", [True, False])
+def test_the_uniform_chain_shortcut_equals_the_general_mask(same_bits):
+    # Starts seen before come from the kept tables: 5 again after 12 and 0.
+    shortcut, general = AttentionInputs(2, same_bits), AttentionInputs(2, same_bits)
     for new in (1, 3):
-        for first in (0, 5, 12):
+        for first in (0, 5, 12, 0, 5):
             start = torch.full((4,), first)
-            fast = [t.clone() for t in shortcut(start, True, 16, _chain(new), chain=True)]
+            fast = [t if t is None else t.clone()
+                    for t in shortcut(start, True, 16, _chain(new), chain=True)]
             slow = general(start, False, 16, _chain(new), chain=False)
-            assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+            assert torch.equal(fast[0], slow[0])
+            assert (fast[1] is None) == (slow[1] is None) == (not same_bits)
+            assert not same_bits or torch.equal(fast[1], slow[1])
 
 
 def test_after_cache_mask_and_kept_buffers():

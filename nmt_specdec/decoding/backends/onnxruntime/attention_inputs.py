@@ -5,7 +5,8 @@ and values go (``slot_index``) follow from the rows' starts, the number of new
 inputs and their ancestors alone. Computed inside the graph they took ~45 small
 ops: 13-15 us of a ~165 us 8-bit verify call over one position (AMD EPYC family
 26). Here they are a few numpy writes into buffers kept per shape, which the
-session then binds once (~3 us a greedy step).
+session then binds once: a chain at the same start in every row (a greedy step)
+copies a mask kept per start, ~1.5 us.
 
 Two layouts, as :class:`~.graphs.VerifyGraph` attends:
 
@@ -58,20 +59,22 @@ class AttentionInputs:
         batch, new = start.size(0), ancestors.size(0)
         kept = self._kept(batch, new, slots)
         first = start.numpy()
-        if self.same_bits:
-            np.add(first[:, None, None], kept.steps, out=kept.index_host[..., 2])
-            if uniform and chain:  # one row of slots <= start + j, for every row
-                np.less_equal(kept.slot_row, kept.rows + first[0], out=kept.mask_host[0, 0])
-                if batch > 1:
-                    kept.mask_host[1:] = kept.mask_host[:1]
-            else:
-                kept.mask_host[:, 0, :new] = _block_mask(first, ancestors.numpy(), slots)
-                kept.mask_host[:, 0, new] = kept.mask_host[:, 0, new - 1]
+        if uniform and (chain or not self.same_bits):
+            # Every row the same: one kept table per start, copied (~1.4 us a call
+            # where building the mask took ~3.4, on the greedy step of one sentence).
+            at = int(first[0])
+            if self.same_bits:
+                np.add(kept.steps, at, out=kept.slot_column)
+            np.copyto(kept.mask_rows, kept.table(at))
+        elif self.same_bits:
+            np.add(first[:, None, None], kept.steps, out=kept.slot_column)
+            kept.mask_host[:, 0, :new] = _block_mask(first, ancestors.numpy(), slots)
+            kept.mask_host[:, 0, new] = kept.mask_host[:, 0, new - 1]
         else:
-            np.less(kept.slot_row, first[:, None, None], out=kept.mask_host[:, 0, :, :slots])
-            if kept.ancestors is not ancestors:  # chains: the same tensor call after call
-                kept.mask_host[:, 0, :, slots:] = ancestors.numpy()
-                kept.ancestors = ancestors
+            np.less(kept.slot_row, first[:, None, None], out=kept.mask_rows)
+        if not self.same_bits and kept.ancestors is not ancestors:
+            kept.mask_host[:, 0, :, slots:] = ancestors.numpy()  # chains: the same tensor
+            kept.ancestors = ancestors
         return kept.mask, kept.index
 
     def _kept(self, batch: int, new: int, slots: int) -> "_Buffers":
@@ -90,22 +93,36 @@ class _Buffers:
     """One shape's input tensors, their numpy views, and the ranges they are built from."""
 
     def __init__(self, batch: int, new: int, slots: int, heads: int, same_bits: bool):
+        self.same_bits = same_bits
         self.slot_row = np.arange(slots)
         self.steps = np.arange(new)
         # Mask rows' last slot offsets: 0..N-1, then N-1 again (the appended query).
         self.rows = np.minimum(np.arange(new + 1), new - 1)[:, None]
         self.ancestors: Optional[Tensor] = None  # written in the after-cache mask
-        self.index = self.index_host = None
+        self.index = self.index_host = self.slot_column = None
+        self._tables: Dict[int, np.ndarray] = {}  # start -> one row's mask (see table)
         if same_bits:
             self.mask = torch.empty(batch, 1, new + 1, slots, dtype=torch.bool)
             self.index = torch.empty(batch, heads, new, 3, dtype=torch.long)
             self.index_host = self.index.numpy()
             self.index_host[..., 0] = np.arange(batch)[:, None, None]
             self.index_host[..., 1] = np.arange(heads)[None, :, None]
+            self.slot_column = self.index_host[..., 2]  # (B, H, N) the new keys' slots
         else:
             self.mask = torch.empty(batch, 1, new, slots + new, dtype=torch.bool)
             self.slot_row = self.slot_row[None, None, :]
         self.mask_host = self.mask.numpy()
+        # (B, N + 1, T) or (B, N, T): what a start decides (the cache's slots).
+        self.mask_rows = self.mask_host[:, 0] if same_bits else self.mask_host[:, 0, :, :slots]
+
+    def table(self, start: int) -> np.ndarray:
+        """The mask rows of a chain starting at ``start`` in every row, (N + 1, T)
+        or (1, T) (after the cache: the slots before it), made once per start."""
+        table = self._tables.get(start)
+        if table is None:
+            table = self._tables[start] = (self.slot_row <= self.rows + start if self.same_bits
+                                           else self.slot_row[0] < start)
+        return table
 
 
 def example_inputs(heads: int, same_bits: bool, start: Tensor, slots: int,
