@@ -193,8 +193,11 @@ class _HostRow:
         the best score certified against the bound as
         :func:`~.steps.constrained_scores` does), in less than half its host
         time. None where the general path must decide: scores other than
-        float32, no normaliser from the call, or a best score not certified."""
-        if verified.logits.dtype is not torch.float32 or verified.normaliser is None:
+        float32, no normaliser from the call, a best score not certified, or an
+        unk penalty with a bound (the general path constrains the same buffer
+        again: the column writes below repeat harmlessly, a penalty would not)."""
+        if (verified.logits.dtype is not torch.float32 or verified.normaliser is None
+                or (rules.unk_penalty and verified.bound is not None)):
             return None
         flat = self._host_view(verified.logits)[0]  # (1, V)
         row = flat[0]

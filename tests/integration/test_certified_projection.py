@@ -40,13 +40,13 @@ def shipped(onnx_cache):
     return model, task, hand_written_sources(task), backends
 
 
-def _decode(model, task, sources, backend, k: int, batch_size: int):
+def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: float = 0.0):
     """(tokens, positional scores) per sentence, in input order."""
     from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
-        argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
+        argparse.Namespace(min_len=1, unkpen=unkpen, lenpen=1.0, **LENGTHS), model)
     generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
                                  backend=backend)
     return decode_all(generator, model, task, sources, batch_size, scores=True)
@@ -111,18 +111,26 @@ def test_decodes_as_the_fp32_verifier(shipped, batch_size):
 
 
 @pytest.mark.parametrize("batch_size", [1, 8])
-@pytest.mark.parametrize("k", [0, SETTINGS["k"]])  # 0: the single-row loop's greedy turns
-def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size, k):
+@pytest.mark.parametrize("k, unkpen", [(0, 0.0), (SETTINGS["k"], 0.0),  # 0: single-row greedy
+                                       (0, -20.0)])  # an unk penalty (a reward: unk is chosen)
+def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size, k, unkpen):
     # A bound above every logit certifies nothing: every call must be redone in
-    # fp32, so that even the scores are the all-fp32 verifier's.
+    # fp32, so that even the scores are the all-fp32 verifier's (constrained once).
     from nmt_specdec.decoding.backends.onnxruntime.session import OrtVerifier
 
     model, task, sources, backends = shipped
     verify, fallbacks = OrtVerifier.verify, []
 
+    unk = task.target_dictionary.unk()
+
     def certifies_nothing(self, *args, **kwargs):
         got = verify(self, *args, **kwargs)
-        return got._replace(bound=torch.full_like(got.bound, float("inf")))
+        if not unkpen:
+            return got._replace(bound=torch.full_like(got.bound, float("inf")))
+        # Just above every logit with the penalty applied once: a loop that applied
+        # it twice would find a certain best and keep the 8-bit scores.
+        once = torch.maximum(got.logits.amax(-1), got.logits[..., unk] - unkpen)
+        return got._replace(bound=once + 1.0)
 
     exact_logits = OrtVerifier.exact_logits
 
@@ -132,13 +140,15 @@ def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size, k):
 
     monkeypatch.setattr(OrtVerifier, "verify", certifies_nothing)
     monkeypatch.setattr(OrtVerifier, "exact_logits", counted)
-    ours = _decode(model, task, sources[:16], backends[True], k, batch_size)
+    ours = _decode(model, task, sources[:16], backends[True], k, batch_size, unkpen)
     monkeypatch.undo()
-    theirs = _decode(model, task, sources[:16], backends[False], k, batch_size)
+    theirs = _decode(model, task, sources[:16], backends[False], k, batch_size, unkpen)
     assert fallbacks
     assert [t for t, _ in ours] == [t for t, _ in theirs]
     for (_, a), (_, b) in zip(ours, theirs):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    if unkpen:
+        assert any(unk in t for t, _ in ours)
 
 
 def test_exact_scores_turns_it_off_in_the_hub_and_the_cli(shipped, tmp_path, capsys):
