@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -60,6 +61,27 @@ def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Con
         logits.masked_fill_(at_max.unsqueeze(2), -math.inf)
     logits[:, :, rules.eos] = eos
     return logits
+
+
+def constrain_row_(row: np.ndarray, step: int, max_len: int, rules: Constraints,
+                   check_min_len: bool = True, check_max_len: bool = True) -> np.ndarray:
+    """:func:`constrain_logits_` for one position's (V,) float32 logits as a numpy
+    array (the single-row loop's greedy turn: a few scalar writes where the tensor
+    ops took ~45 us), in the same order, so the same values.
+
+    Args:
+        step: the output step (0-based) this position predicts.
+        max_len: the step at which EOS is forced.
+    """
+    row[rules.pad] = -math.inf
+    if rules.unk_penalty:
+        row[rules.unk] -= rules.unk_penalty
+    if check_min_len or check_max_len:
+        eos = -math.inf if check_min_len and step < rules.min_len else row[rules.eos]
+        if check_max_len and step >= max_len:
+            row[:] = -math.inf
+        row[rules.eos] = eos
+    return row
 
 
 def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:

@@ -52,6 +52,7 @@ from nmt_specdec.decoding.scoring import (
     Constraints,
     certainty_margin,
     constrain_logits_,
+    constrain_row_,
     normaliser,
 )
 from nmt_specdec.decoding.stats import tally_turns
@@ -200,16 +201,8 @@ class _HostRow:
                 or (rules.unk_penalty and verified.bound is not None)):
             return None
         flat = self._host_view(verified.logits)[0]  # (1, V)
-        row = flat[0]
-        row[rules.pad] = -math.inf  # what constrain_logits_ writes, in its order
-        if rules.unk_penalty:
-            row[rules.unk] -= rules.unk_penalty
-        if checks[0] or checks[1]:
-            step = len(self.committed) - 1  # the output step this position predicts
-            eos = -math.inf if checks[0] and step < rules.min_len else row[rules.eos]
-            if checks[1] and step >= self.limit:
-                row[:] = -math.inf
-            row[rules.eos] = eos
+        # The output step this position predicts: its committed tokens but BOS.
+        row = constrain_row_(flat[0], len(self.committed) - 1, self.limit, rules, *checks)
         token = int(row.argmax())
         if verified.bound is not None:
             # (1,) arrays: float32 arithmetic, as certain() computes it.
