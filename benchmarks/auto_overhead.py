@@ -13,8 +13,8 @@ as a fresh run starts it (so every pass pays auto's exploration):
   fastest of ``--sentence-repeats`` (for auto, of the repeats that drafted in it,
   if any did); auto's extra seconds split between the sentences it drafted in
   (exploration and re-checks) and those it decoded greedily (what a greedy
-  sentence of auto costs: the target is nothing). A pass's ratio moves by a few
-  percent from pass to pass on a shared machine; the split does not.
+  sentence of auto costs: the target is nothing). On a shared machine a pass's
+  ratio moves by a few percent from pass to pass; the split much less.
 
 It takes the evaluation's options (``nmt-specdec-evaluate --help``: checkpoint,
 test set, lengths, ``--batch-sizes``, ``--backend``, ``--int8``, ``--threads``)
