@@ -201,6 +201,23 @@ def test_beta1_equals_greedy_on_the_same_backend(shipped, backends, int8, batch_
     assert backend.calls["draft"] > 0
 
 
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_only_a_batch_that_drafts_makes_the_draft_heads_encoder_memory(shipped, backends,
+                                                                      batch_size):
+    """The encoder call returns the verifier's keys/values and its states; the draft
+    head's keys/values (~10% of an encoder call) are made by their own graph, only
+    for a batch that drafts."""
+    model, task, sources = shipped
+    backend = backends[True]
+    encoded, made = backend.calls["encode"], backend.calls["draft_memory"]
+    decode_all(_generator(model, task, 0, backend), model, task, sources, batch_size)
+    assert backend.calls["encode"] > encoded
+    assert backend.calls["draft_memory"] == made  # greedy: none
+    encoded = backend.calls["encode"]
+    decode_all(_generator(model, task, SETTINGS["k"], backend), model, task, sources, batch_size)
+    assert backend.calls["draft_memory"] - made == backend.calls["encode"] - encoded
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 def test_fused_draft_gives_the_same_drafts_in_fewer_calls(shipped, int8):
     from nmt_specdec.decoding.backends import make_backend

@@ -1,6 +1,7 @@
-"""The ONNX Runtime CPU backend: ``export`` (graphs traced from
-:mod:`nmt_specdec.decoding.passes`, cached per checkpoint, rebuilt when stale or
-corrupt), ``graphs`` and ``fused`` (the traced modules), ``projection`` (the
+"""The ONNX Runtime CPU backend: ``export`` (graphs cached per checkpoint, rebuilt
+when stale or corrupt), ``graph_files`` (each graph's file, inputs and export,
+traced from :mod:`nmt_specdec.decoding.passes`), ``encoder_graph``, ``graphs``
+and ``fused`` (the traced modules), ``projection`` (the
 certified 8-bit output projection), ``quantize`` (``--int8``), ``session`` (the
 model calls), ``drafters`` (the draft graph as a drafter) and ``verifier_drafter``
 (``--spec-drafter verifier-int8``: the verifier's 8-bit copy as a drafter).

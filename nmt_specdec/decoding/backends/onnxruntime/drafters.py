@@ -27,6 +27,8 @@ class DraftGraphs(Protocol):
     draft_session: Any  # the draft graph's session, replaced on re-export
     fused_drafter: Optional["FusedDrafter"]  # who drafts from fused calls this batch
 
+    def draft_memory(self, memory: Any) -> Any: ...  # memory with the head's keys/values
+
 
 class DraftMemory(Protocol):
     mask: Tensor  # (B, 1, 1, S)
@@ -72,7 +74,8 @@ class OrtDrafter(Drafter):
         self._out: Dict[tuple, Tensor] = {}
 
     def start_batch(self, sample: dict, encoder_out: DraftMemory) -> None:
-        self.memory = encoder_out._replace(cross=[])  # the verifier's keys are not ours
+        # The verifier's keys are not ours; the head's are made for drafting batches only.
+        self.memory = self.backend.draft_memory(encoder_out)._replace(cross=[], states=None)
 
     def keep_rows(self, rows: Tensor) -> None:
         assert self.memory is not None

@@ -1,9 +1,12 @@
 """The encoder call as a traceable module, for ``torch.onnx.export``.
 
-Source tokens in; the source mask and every decoder and draft layer's encoder
-keys/values out (computed once per batch). Written out like the decoder layers
-of :mod:`.graphs` (:class:`LeanEncoderGraph`), or fairseq's own encoder traced
-where it uses options not written out here (:class:`EncoderGraph`).
+Source tokens in; the source mask and every decoder layer's encoder keys/values
+out (computed once per batch), and with a draft head the encoder's states, from
+which :class:`DraftMemoryGraph` makes the head's keys/values only for a batch
+that drafts (they were ~10% of an encoder call, paid by greedy batches too).
+Written out like the decoder layers of :mod:`.graphs` (:class:`LeanEncoderGraph`),
+or fairseq's own encoder traced where it uses options not written out here
+(:class:`EncoderGraph`).
 
 Shapes: B rows, S source, H heads, D head dim, C model dim.
 """
@@ -86,7 +89,8 @@ class LeanEncoderGraph(nn.Module):
                            else _norm(encoder.layernorm_embedding))
         self.final_norm = None if encoder.layer_norm is None else _norm(encoder.layer_norm)
         self.layers = layers
-        self.cross = list(verifier.layers) + (list(head.layers) if head else [])
+        self.cross = list(verifier.layers)
+        self.states = head is not None
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor):
         keep = src_tokens.ne(self.pad)  # (B, S)
@@ -107,11 +111,29 @@ class LeanEncoderGraph(nn.Module):
             h = linear(w.activation(linear(h, w.fc1)), w.fc2)
             x = norm_if(not w.normalize_before, x + h, w.final_norm)
         x = norm_if(True, x, self.final_norm)
-        outputs = []
-        for w in self.cross:  # as layers.cross_kv, batch first
-            key, value = linear(x, w.cross_kv).split(w.cross_kv[1].size(1) // 2, dim=-1)
-            outputs += [split_heads(key, w.heads), split_heads(value, w.heads)]
-        return (mask, *outputs)
+        return (mask, *memory_kv(self.cross, x), *([x] if self.states else []))
+
+
+def memory_kv(layers: List, states: Tensor) -> List[Tensor]:
+    """Each layer's encoder keys and values, (B, H, S, D), from the encoder's
+    (B, S, C) states (as :func:`~nmt_specdec.decoding.passes.layers.cross_kv`)."""
+    outputs = []
+    for w in layers:
+        key, value = linear(states, w.cross_kv).split(w.cross_kv[1].size(1) // 2, dim=-1)
+        outputs += [split_heads(key, w.heads), split_heads(value, w.heads)]
+    return outputs
+
+
+class DraftMemoryGraph(nn.Module):
+    """The encoder's ``states`` (B, S, C) -> ``draft_key_j``/``draft_value_j``
+    (B, H, S, D) of the draft head's layers."""
+
+    def __init__(self, head: LeanDraftHead):
+        super().__init__()
+        self.layers = list(head.layers)
+
+    def forward(self, states: Tensor):
+        return tuple(memory_kv(self.layers, states))
 
 
 class EncoderGraph(nn.Module):
@@ -119,8 +141,8 @@ class EncoderGraph(nn.Module):
     (fairseq's own encoder, traced: for encoders :func:`lean_encoder_layers` refuses).
 
     Outputs: ``memory_mask`` (B, 1, 1, S) bool (True: attend), then
-    ``cross_key_i``/``cross_value_i`` (B, H, S, D) of the verifier's layers and
-    ``draft_key_j``/``draft_value_j`` of the draft head's layers.
+    ``cross_key_i``/``cross_value_i`` (B, H, S, D) of the verifier's layers and,
+    with a draft head, ``states`` (B, S, C) for :class:`DraftMemoryGraph`.
     """
 
     def __init__(self, encoder: nn.Module, verifier: LeanVerifier,
@@ -130,10 +152,12 @@ class EncoderGraph(nn.Module):
         for module in self.encoder.modules():
             if module is not self.encoder and hasattr(module, "prepare_for_onnx_export_"):
                 module.prepare_for_onnx_export_()
-        self.layers = list(verifier.layers) + (list(head.layers) if head else [])
+        self.layers = list(verifier.layers)
+        self.states = head is not None
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor):
         out = self.encoder(src_tokens, src_lengths=src_lengths)
         states, padding = encoder_memory(out)
         cross = [cross_kv(w, states, padding) for w in self.layers]
-        return (cross[0].mask, *[t for kv in cross for t in (kv.key, kv.value)])
+        return (cross[0].mask, *[t for kv in cross for t in (kv.key, kv.value)],
+                *([states.transpose(0, 1)] if self.states else []))

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
-from nmt_specdec.decoding.backends.onnxruntime import export
+from nmt_specdec.decoding.backends.onnxruntime import export, graph_files
 from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import AttentionInputs
 from nmt_specdec.decoding.backends.onnxruntime.drafters import (
     FusedDrafter,
@@ -60,12 +60,15 @@ class Memory(NamedTuple):
     Attributes:
         mask: (B, 1, 1, S) bool, True where the source may be attended.
         cross: per verifier layer, key then value, (B, H, S, D) each.
-        draft: the same for the draft head's layers.
+        draft: the same for the draft head's layers (empty until
+            :meth:`OrtBackend.draft_memory` makes them for a drafter).
+        states: (B, S, C) the encoder's output, where there is a draft head.
     """
 
     mask: Tensor
     cross: List[Tensor]
     draft: List[Tensor]
+    states: Optional[Tensor] = None
 
     def keep_rows(self, rows: Tensor) -> "Memory":
         return Memory(self.mask.index_select(0, rows),
@@ -310,18 +313,19 @@ class OrtBackend(Backend):
         def session(name: str, disabled=DISABLED_FUSIONS) -> Optional[GraphSession]:
             if not (directory / name).exists():
                 return None
-            return GraphSession(self._ort, directory / name, self.threads,
-                                export.input_names(name, self.layers, draft_layers), disabled)
+            inputs = graph_files.input_names(name, self.layers, draft_layers)
+            return GraphSession(self._ort, directory / name, self.threads, inputs, disabled)
 
-        self.encoder_session = session(export.ENCODER)
+        self.encoder_session = session(graph_files.ENCODER)
         # --int8 only: a batch of one sentence (see quantize.quantize_sentence).
-        self.sentence_encoder_session = session(export.ENCODER_SENTENCE,
+        self.sentence_encoder_session = session(graph_files.ENCODER_SENTENCE,
                                                 PER_TENSOR_DISABLED_FUSIONS)
-        self._verifier = OrtVerifier(session(export.VERIFY), self,
-                                     rows=lambda: session(export.VERIFY_ROWS))
-        self.draft_session = session(export.DRAFT)
-        self.fused_session = session(export.FUSED) if self.fused_draft else None
-        # The draft head's source layers, whose keys/values the encoder also returns.
+        self._verifier = OrtVerifier(session(graph_files.VERIFY), self,
+                                     rows=lambda: session(graph_files.VERIFY_ROWS))
+        self.draft_session = session(graph_files.DRAFT)
+        self.draft_memory_session = session(graph_files.DRAFT_MEMORY)
+        self.fused_session = session(graph_files.FUSED) if self.fused_draft else None
+        # The draft head's source layers (their keys/values: draft_memory).
         self.draft_layers = draft_layers if self.draft_session is not None else 0
 
     @property
@@ -342,11 +346,22 @@ class OrtBackend(Backend):
         batch, source = src.shape
         head_dim = self.dim // self.heads
         mask = torch.empty(batch, 1, 1, source, dtype=torch.bool)
-        kv = [torch.empty(batch, self.heads, source, head_dim)
-              for _ in range(2 * (self.layers + self.draft_layers))]
+        kv = [torch.empty(batch, self.heads, source, head_dim) for _ in range(2 * self.layers)]
+        states = torch.empty(batch, source, self.dim) if self.draft_layers else None
         encoder = (self.sentence_encoder_session if batch == 1 else None) or self.encoder_session
-        encoder.run([src, net_input["src_lengths"]], [mask, *kv])
-        return Memory(mask, kv[: 2 * self.layers], kv[2 * self.layers:])
+        encoder.run([src, net_input["src_lengths"]],
+                    [mask, *kv] + ([states] if states is not None else []))
+        return Memory(mask, kv, [], states)
+
+    def draft_memory(self, memory: Memory) -> Memory:
+        """``memory`` with the draft head's keys/values (a batch that drafts)."""
+        assert memory.states is not None, "encoded without a draft head"
+        self.calls["draft_memory"] += 1
+        batch, source, _ = memory.states.shape
+        draft = [torch.empty(batch, self.heads, source, self.dim // self.heads)
+                 for _ in range(2 * self.draft_layers)]
+        self.draft_memory_session.run([memory.states], draft)
+        return memory._replace(draft=draft)
 
     def verifier(self) -> OrtVerifier:
         # Freshness is checked once per batch, in encode (it walks every parameter).
