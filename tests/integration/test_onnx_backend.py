@@ -218,6 +218,25 @@ def test_only_a_batch_that_drafts_makes_the_draft_heads_encoder_memory(shipped, 
     assert backend.calls["draft_memory"] - made == backend.calls["encode"] - encoded
 
 
+def test_fp32_linear_layers_run_fused_with_their_bias(backends, tmp_path):
+    """The fp32 graphs multiply (B*N, C) rows (graphs.Rows), so the runtime fuses
+    each linear layer's product and bias into one Gemm (3-D: MatMul, then Add)."""
+    import onnx
+    import onnxruntime as ort
+
+    from nmt_specdec.decoding.backends.onnxruntime.graph_files import ENCODER, VERIFY
+
+    backend = backends[False]
+    for name, linears in ((VERIFY, 6 * backend.layers), (ENCODER, 4 * backend.layers)):
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / name)
+        ort.InferenceSession(str(backend.directory / name), options,
+                             providers=["CPUExecutionProvider"])
+        ops = [node.op_type for node in onnx.load(str(tmp_path / name)).graph.node]
+        # The encoder's verifier keys/values add one product per decoder layer.
+        assert ops.count("Gemm") + ops.count("FusedGemm") >= linears, (name, ops)
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 def test_fused_draft_gives_the_same_drafts_in_fewer_calls(shipped, int8):
     from nmt_specdec.decoding.backends import make_backend

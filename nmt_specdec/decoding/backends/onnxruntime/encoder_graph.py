@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.onnxruntime.graphs import (
+    Rows,
     attend,
     linear,
     merge_heads,
@@ -84,6 +85,7 @@ class LeanEncoderGraph(nn.Module):
         self.pad = encoder.padding_idx
         self.embed_scale = encoder.embed_scale
         self.embed = encoder.embed_tokens.weight.detach()
+        self.dim = self.embed.size(1)  # an int here, a traced size in forward
         self.positions = PositionTable(encoder.embed_positions, 2 * encoder.max_positions())
         self.embed_norm = (None if encoder.layernorm_embedding is None
                            else _norm(encoder.layernorm_embedding))
@@ -100,27 +102,33 @@ class LeanEncoderGraph(nn.Module):
         x = norm_if(True, x, self.embed_norm)
         x = x * keep.unsqueeze(-1).to(x.dtype)  # (B, S, C), pads zeroed as fairseq does
         mask = keep[:, None, None, :]  # (B, 1, 1, S)
+        rows = Rows(x, self.dim)
+        x = rows.flatten(x)  # (B*S, C): see Rows
         for w in self.layers:
             scale = (w.out[1].size(0) // w.heads) ** -0.5
             h = norm_if(w.normalize_before, x, w.self_norm)
             dim = w.out[1].size(0)  # constant split sizes (chunk() computes them in the graph)
-            q, k, v = (split_heads(t, w.heads) for t in linear(h, w.qkv).split(dim, dim=-1))
+            q, k, v = (split_heads(t, w.heads, rows)
+                       for t in linear(h, w.qkv).split(dim, dim=-1))
             a = attend(q, k, v, mask, scale)
-            x = norm_if(not w.normalize_before, x + linear(merge_heads(a), w.out), w.self_norm)
+            x = norm_if(not w.normalize_before, x + linear(merge_heads(a, rows), w.out),
+                        w.self_norm)
             h = norm_if(w.normalize_before, x, w.final_norm)
             h = linear(w.activation(linear(h, w.fc1)), w.fc2)
             x = norm_if(not w.normalize_before, x + h, w.final_norm)
         x = norm_if(True, x, self.final_norm)
-        return (mask, *memory_kv(self.cross, x), *([x] if self.states else []))
+        states = [rows.unflatten(x)] if self.states else []
+        return (mask, *memory_kv(self.cross, x, rows), *states)
 
 
-def memory_kv(layers: List, states: Tensor) -> List[Tensor]:
-    """Each layer's encoder keys and values, (B, H, S, D), from the encoder's
-    (B, S, C) states (as :func:`~nmt_specdec.decoding.passes.layers.cross_kv`)."""
+def memory_kv(layers: List, states: Tensor, rows: Rows) -> List[Tensor]:
+    """Each layer's encoder keys and values, (B, H, S, D), from the (B*S, C)
+    ``rows`` of the encoder's states (as
+    :func:`~nmt_specdec.decoding.passes.layers.cross_kv`)."""
     outputs = []
     for w in layers:
         key, value = linear(states, w.cross_kv).split(w.cross_kv[1].size(1) // 2, dim=-1)
-        outputs += [split_heads(key, w.heads), split_heads(value, w.heads)]
+        outputs += [split_heads(key, w.heads, rows), split_heads(value, w.heads, rows)]
     return outputs
 
 
@@ -131,9 +139,11 @@ class DraftMemoryGraph(nn.Module):
     def __init__(self, head: LeanDraftHead):
         super().__init__()
         self.layers = list(head.layers)
+        self.dim = self.layers[0].cross_kv[1].size(0)  # C, an int here
 
     def forward(self, states: Tensor):
-        return tuple(memory_kv(self.layers, states))
+        rows = Rows(states, self.dim)
+        return tuple(memory_kv(self.layers, rows.flatten(states), rows))
 
 
 class EncoderGraph(nn.Module):
