@@ -103,9 +103,9 @@ class Rows:
 
     On rows every linear layer is a 2-D product, which the runtime fuses with its
     bias into one ``Gemm`` (and with a ReLU after it); 3-D, each bias was an
-    ``Add`` node of its own. fp32 verify calls at batch 32 took 0.90x the time,
-    encoder calls 0.96x (0.94x at batch 1, 0.93x in 8 bits at batch 32; same
-    calls replayed, AMD EPYC); 8-bit products do not fuse (no change there).
+    ``Add`` node of its own. Whole greedy passes at batch 32 took 0.95-0.97x the
+    time in fp32, 0.97x in 8 bits (encoder calls; 8-bit products do not fuse),
+    no change beyond noise at batch 1 (AMD EPYC, one process, alternating).
     Splitting rows into heads needs (B, N): they are read once per graph
     (``Shape``, ``Slice``), and each head count's shape is built once (``Concat``)."""
 
@@ -271,18 +271,19 @@ class VerifyGraph(nn.Module):
 
             memory = CrossKV(cross[2 * layer], cross[2 * layer + 1], memory_mask)
             x = graph_layer(weights, x, store, mask, memory, attention, rows)
-        x = norm_if(True, x, lean.final_norm)
+        # Back to (B, N, C) before the projection: an output the loop binds that a
+        # Reshape makes is copied into the bound buffer (~1 MB of logits at batch 32).
+        x = rows.unflatten(norm_if(True, x, lean.final_norm))
         if self.projection is None:
-            logits, bound = torch.matmul(x, lean.output_t), None  # (B*N, V)
+            logits, bound = torch.matmul(x, lean.output_t), None  # (B, N, V)
         else:
             logits, bound = self.projection(x)
         # Spelled out: ONNX Runtime's ReduceLogSumExp took 110 us here, these 12 us.
         best = logits.amax(dim=-1, keepdim=True)
         lse = (best + (logits - best).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
         # (L*B, H, N, D): the memory of (L, B, H, N, D) without L Unsqueeze ops.
-        outputs = (rows.unflatten(logits), rows.unflatten(lse), rows.unflatten(x),
-                   torch.cat(new_keys), torch.cat(new_values))
-        return outputs if bound is None else (*outputs, rows.unflatten(bound))
+        outputs = (logits, lse, x, torch.cat(new_keys), torch.cat(new_values))
+        return outputs if bound is None else (*outputs, bound)
 
 
 class DraftGraph(nn.Module):
