@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 25  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 26  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
