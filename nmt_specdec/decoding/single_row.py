@@ -55,7 +55,7 @@ from nmt_specdec.decoding.scoring import (
     constrain_row_,
     normaliser,
 )
-from nmt_specdec.decoding.stats import tally_turns
+from nmt_specdec.decoding.stats import tally_host_turns
 from nmt_specdec.decoding.steps import (
     Batch,
     LoopParts,
@@ -98,11 +98,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         # Drafts committed, none past an EOS: what drafting K bought this sentence.
         end_turn(parts, k, [count - 1] if parts.k_policy.wants_counts else [], started)
     parts.stats.sentences += 1
-    if any(turn[0] for turn in turns):
-        tally = tally_turns(*map(torch.tensor, zip(*turns)), batch.k_max)
-    else:  # nothing drafted, nothing per slot: skip the tensor ops
-        tally = ([0] * batch.k_max, [0] * batch.k_max, len(turns), sum(t[2] for t in turns))
-    parts.stats.add_tally(*tally)
+    parts.stats.add_tally(*tally_host_turns(turns, batch.k_max))
     return [(torch.tensor(row.committed[1:]),
              torch.tensor(row.scores[1:], dtype=batch.rows.scores.dtype), len(turns))]
 

@@ -112,3 +112,18 @@ def tally_turns(k: Tensor, num_accepted: Tensor, counts: Tensor, finished: Tenso
     accepted_per_slot = (accepted.unsqueeze(1) > slots).sum(0)  # (K,); accepted <= drafted
     values = torch.cat([drafted_per_slot, accepted_per_slot, counts.sum().view(1)]).tolist()
     return values[:k_max], values[k_max: 2 * k_max], int(k.numel()), values[-1]
+
+
+def tally_host_turns(turns: List[Tuple[int, int, int, bool]],
+                     k_max: int) -> Tuple[List[int], List[int], int, int]:
+    """:func:`tally_turns` over host ints: one row's ``(K, accepted drafts,
+    committed tokens, finished)`` per turn (at batch 1 the tensor version took
+    ~90 us a sentence that drafted, ~2% of a K=2 sentence on ONNX Runtime int8)."""
+    drafted_per_slot, accepted_per_slot = [0] * k_max, [0] * k_max
+    for k, num_accepted, count, finished in turns:
+        drafted = min(count, k) if finished else k  # as drafts_before_eos
+        for slot in range(drafted):
+            drafted_per_slot[slot] += 1
+        for slot in range(min(num_accepted, count)):
+            accepted_per_slot[slot] += 1
+    return drafted_per_slot, accepted_per_slot, len(turns), sum(turn[2] for turn in turns)

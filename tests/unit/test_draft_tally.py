@@ -56,3 +56,23 @@ def test_k0_turns_count_no_slots():
     drafted, accepted, iterations, tokens = tally_trace(
         [(0, torch.tensor([0, 0]), c.counts, c.finished)], 2)
     assert drafted == [0, 0] and accepted == [0, 0] and (iterations, tokens) == (2, 2)
+
+
+def test_the_host_tally_of_one_row_equals_the_tensor_tally():
+    """The single-row loop tallies host ints; it must count what the batched
+    loop's tensor tally counts (drafts past a committed EOS excluded)."""
+    import random
+
+    from nmt_specdec.decoding.stats import tally_host_turns, tally_turns
+
+    rng = random.Random(0)
+    for _ in range(200):
+        k_max = rng.randint(1, 5)
+        turns = []
+        for _ in range(rng.randint(1, 8)):
+            k = rng.randint(0, k_max)
+            accepted = rng.randint(0, k)
+            count = rng.randint(1, accepted + 1)  # cut after an EOS, or all + the correction
+            turns.append((k, accepted, count, count < accepted + 1 or rng.random() < 0.2))
+        expected = tally_turns(*map(torch.tensor, zip(*turns)), k_max)
+        assert tally_host_turns(turns, k_max) == expected, turns
