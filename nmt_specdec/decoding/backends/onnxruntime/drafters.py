@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -72,6 +73,9 @@ class OrtDrafter(Drafter):
         self.start_state, self.backend = start_state, backend
         self.memory: Optional[DraftMemory] = None
         self._out: Dict[tuple, Tensor] = {}
+        # One row's last token and block positions per K, written from the request's
+        # host ints: no tensor op, and the call keeps their bindings.
+        self._row_inputs: Dict[int, tuple] = {}
 
     def start_batch(self, sample: dict, encoder_out: DraftMemory) -> None:
         # The verifier's keys are not ours; the head's are made for drafting batches only.
@@ -90,18 +94,33 @@ class OrtDrafter(Drafter):
     def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
         assert self.memory is not None
         self.backend.calls["draft"] += 1
-        last = request.lengths - 1  # (B,) position of the last committed token
-        last_tokens = request.prefix.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
-        slots = candidate_slots(request.num_slots + 1)  # 0..K
+        last_tokens, positions = self._last_tokens_and_positions(request)
         # A kept buffer per shape keeps its binding; the loop consumes it within the iteration.
-        shape = (last.numel(), count, request.num_slots)
+        shape = (last_tokens.numel(), count, request.num_slots)
         drafts = self._out.get(shape)
         if drafts is None:
             drafts = self._out[shape] = torch.empty(shape, dtype=torch.long)
-        self.backend.draft_session.run([request.states, last_tokens, last.unsqueeze(1) + slots,
+        self.backend.draft_session.run([request.states, last_tokens, positions,
                                         self.memory.mask, candidate_slots(count),
                                         *self.memory.draft], [drafts])
         return drafts
+
+    def _last_tokens_and_positions(self, request: DraftRequest):
+        """(B,) each row's last committed token, (B, K+1) its position and the K slots'."""
+        slots = candidate_slots(request.num_slots + 1)  # 0..K
+        if request.anchor is None:
+            last = request.lengths - 1  # (B,) position of the last committed token
+            return (request.prefix.gather(1, last.unsqueeze(1)).squeeze(1),
+                    last.unsqueeze(1) + slots)
+        kept = self._row_inputs.get(request.num_slots)
+        if kept is None:
+            tokens, positions = torch.zeros(1, dtype=torch.long), slots.unsqueeze(0).clone()
+            kept = self._row_inputs[request.num_slots] = (
+                tokens, positions, tokens.numpy(), positions.numpy(), slots.numpy())
+        position, token, _ = request.anchor
+        kept[2][0] = token
+        np.add(kept[4], position, out=kept[3][0])
+        return kept[0], kept[1]
 
 
 class FusedDrafter(OrtDrafter):
