@@ -119,9 +119,7 @@ class Rows:
         return _Reshape.apply(x, (-1, self.dim))
 
     def unflatten(self, x: Tensor) -> Tensor:
-        """(B*N, ...) -> (B, N, ...) for one trailing dimension or none."""
-        if x.dim() == 1:
-            return _ReshapeTo.apply(x, self.batch_new)
+        """(B*N, C') -> (B, N, C')."""
         return _ReshapeTo.apply(x, self._shape(-1))
 
     def split_shape(self, heads: int) -> Tensor:
