@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 26  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 27  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
@@ -145,15 +145,12 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     """Quantizes the exported graphs in ``building`` as the variant asks, adding
     the 8-bit variants' own graphs; returns every file of the variant."""
     int8, int8_draft, certified = (identity[key] for key in ("int8", "int8_draft", "certified"))
-    quantized = ([name for name in files if name != ENCODER] if int8 else
+    quantized = ([name for name in files if name not in (ENCODER, ENCODER_SENTENCE)] if int8 else
                  [DRAFT] if int8_draft and DRAFT in files else [])
     files = list(files)
     if _has_rows_graph(identity):
         shutil.copy(building / VERIFY, building / VERIFY_ROWS)
         files.append(VERIFY_ROWS)
-    if int8:
-        shutil.copy(building / ENCODER, building / ENCODER_SENTENCE)
-        files.append(ENCODER_SENTENCE)
     if not (quantized or certified):
         return files
     from nmt_specdec.decoding.backends.onnxruntime.quantize import (
@@ -206,7 +203,8 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         manifest = json.loads((directory / MANIFEST).read_text())
         if any(manifest.get(key) != value for key, value in identity.items()):
             return False
-        wanted = {ENCODER, VERIFY} | ({DRAFT, DRAFT_MEMORY} if identity["draft_head"] else set())
+        wanted = {ENCODER, ENCODER_SENTENCE, VERIFY}
+        wanted |= {DRAFT, DRAFT_MEMORY} if identity["draft_head"] else set()
         wanted |= {FUSED} if identity["draft_head"] and identity["fused"] else set()
         wanted |= {VERIFY_ROWS} if _has_rows_graph(identity) else set()
         files = manifest["files"]

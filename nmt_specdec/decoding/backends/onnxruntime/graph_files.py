@@ -32,8 +32,10 @@ DRAFT_MEMORY = "draft_memory.onnx"
 # The 8-bit verifier for batches: per-row integer products (quantize_rows), which
 # beat MatMulNBits from ~4 rows on (see OrtVerifier.new_cache).
 VERIFY_ROWS = "verify_rows.onnx"
-# The 8-bit encoder for a batch of one sentence: one activation scale per product
-# (quantize_sentence), where the batch encoder quantizes row by row.
+# The encoder for a batch of one sentence: no padding to leave out (the batch
+# encoder's products run on the real tokens' rows only), and in 8 bits one
+# activation scale per product (quantize_sentence) where the batch encoder
+# quantizes row by row.
 ENCODER_SENTENCE = "encoder_sentence.onnx"
 
 
@@ -84,12 +86,12 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified
     past = [torch.zeros(2, heads, 12, head_dim) for _ in range(2 * len(verifier.layers))]
     _export_verify(verifier, certified, memory, past, out, same_bits)
     if head is None:
-        return [ENCODER, VERIFY]
+        return [ENCODER, ENCODER_SENTENCE, VERIFY]
     _export_draft(verifier, head, memory, out)
     if not fused:
-        return [ENCODER, VERIFY, DRAFT, DRAFT_MEMORY]
+        return [ENCODER, ENCODER_SENTENCE, VERIFY, DRAFT, DRAFT_MEMORY]
     _export_fused(verifier, head, memory, past, out, same_bits)
-    return [ENCODER, VERIFY, DRAFT, DRAFT_MEMORY, FUSED]
+    return [ENCODER, ENCODER_SENTENCE, VERIFY, DRAFT, DRAFT_MEMORY, FUSED]
 
 
 class _Memory(NamedTuple):
@@ -125,14 +127,15 @@ def _export_encoder(model: nn.Module, verifier, head, pad: int, out: Path) -> _M
     # branch, which is also right for unpadded batches.
     src = torch.tensor([[5, 6, 7, 2], [pad, 5, 6, 2]])
     lean_layers = lean_encoder_layers(model.encoder)
-    encoder = (EncoderGraph(model.encoder, verifier, head) if lean_layers is None else
-               LeanEncoderGraph(model.encoder, lean_layers, verifier, head)).eval()
+    states = {"states": {0: "batch", 1: "source"}} if head else {}
+    for name, pack in ((ENCODER, True), (ENCODER_SENTENCE, False)):  # see _Packing
+        encoder = (EncoderGraph(model.encoder, verifier, head) if lean_layers is None else
+                   LeanEncoderGraph(model.encoder, lean_layers, verifier, head, pack)).eval()
+        _export(encoder, (src, torch.tensor([4, 3])), out / name,
+                {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": _BATCH},
+                {**_MEMORY_MASK, **{n: _SOURCE for n in kv_names("cross", layers)}, **states})
     with torch.no_grad():
         memory = encoder(src, torch.tensor([4, 3]))
-    states = {"states": {0: "batch", 1: "source"}} if head else {}
-    _export(encoder, (src, torch.tensor([4, 3])), out / ENCODER,
-            {"src_tokens": {0: "batch", 1: "source"}, "src_lengths": _BATCH},
-            {**_MEMORY_MASK, **{n: _SOURCE for n in kv_names("cross", layers)}, **states})
     draft_cross: List[Tensor] = []
     if head:
         graph = DraftMemoryGraph(head).eval()

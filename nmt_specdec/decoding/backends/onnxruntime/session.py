@@ -317,7 +317,7 @@ class OrtBackend(Backend):
             return GraphSession(self._ort, directory / name, self.threads, inputs, disabled)
 
         self.encoder_session = session(graph_files.ENCODER)
-        # --int8 only: a batch of one sentence (see quantize.quantize_sentence).
+        # A batch of one sentence (graph_files.ENCODER_SENTENCE).
         self.sentence_encoder_session = session(graph_files.ENCODER_SENTENCE,
                                                 PER_TENSOR_DISABLED_FUSIONS)
         self._verifier = OrtVerifier(session(graph_files.VERIFY), self,
