@@ -3,7 +3,8 @@
 
 - no token's exact logit lies above the call's ``bound`` unless the call gave
   that token its exact logit: the guarantee every decision rests on;
-- the 8-bit error is within half the bound the graph assumes;
+- the 8-bit error is within half the bound the graph assumes, for both 8-bit
+  products (blocks for few rows, per-row integer products for batches);
 - decoding takes the same tokens as the all-fp32 verifier, with scores within
   5e-3, at batch 1 and 8 (both loops);
 - where the bound certifies nothing, the loops fall back to fp32 logits: the
@@ -73,10 +74,18 @@ def _teacher_forced_calls(model, task, sources, backend):
     return calls
 
 
-def test_no_inexact_logit_lies_above_the_bound(shipped):
+@pytest.mark.parametrize("rows_graph", [False, True])
+def test_no_inexact_logit_lies_above_the_bound(shipped, monkeypatch, rows_graph):
+    """Either 8-bit projection: MatMulNBits' blocks (few rows) or the batch graph's
+    per-row integer product (``rows_graph``), under the same bound."""
+    from nmt_specdec.decoding.backends.onnxruntime import session
     from nmt_specdec.decoding.backends.onnxruntime.projection import CertifiedProjection
 
     model, task, sources, backends = shipped
+    batch_graph = backends[True].verifier()._batch_graph()
+    assert batch_graph is not None and batch_graph is not backends[True].verifier().session
+    if rows_graph:  # a cache of one row verifies with the batch graph too
+        monkeypatch.setattr(session, "ROWS_FROM", 1)
     weight = model.decoder.output_projection.weight.detach()
     projection = CertifiedProjection(weight)
     positions = certain = 0

@@ -47,7 +47,7 @@ from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 27  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 28  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
@@ -162,8 +162,8 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     if int8:  # many rows per product: see quantize_rows
         quantize_rows(building / ENCODER)
         quantize_sentence(building / ENCODER_SENTENCE)
-    if VERIFY_ROWS in files:
-        quantize_rows(building / VERIFY_ROWS)
+    if VERIFY_ROWS in files:  # certified: the output projection alone
+        quantize_rows(building / VERIFY_ROWS, only_under=None if int8 else APPROX_SCOPE)
     for name in quantized:
         quantize_graph(building / name)
     if int8_draft and FUSED in files:  # its draft head as the draft graph's
@@ -174,9 +174,10 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
 
 
 def _has_rows_graph(identity: Dict) -> bool:
-    """Whether the variant has :data:`VERIFY_ROWS`: 8-bit, and no fused graph (whose
-    calls a batch would then mix with another graph's, and beta=1 with them)."""
-    return identity["int8"] and not identity["fused"]
+    """Whether the variant has :data:`VERIFY_ROWS`: 8-bit products (everywhere, or
+    the certified output projection), and no fused graph (whose calls a batch
+    would then mix with another graph's, and beta=1 with them)."""
+    return (identity["int8"] or identity["certified"]) and not identity["fused"]
 
 
 def _refine(model: nn.Module) -> tuple:

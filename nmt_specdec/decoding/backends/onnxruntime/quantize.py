@@ -123,9 +123,10 @@ def fold_biases(model) -> int:
     return len(folded)
 
 
-def quantize_rows(path: Path) -> None:
+def quantize_rows(path: Path, only_under: Optional[str] = None) -> None:
     """Rewrites every matrix product with constant weights of the graph at ``path``
-    in place as a per-row 8-bit integer product (see the module's docstring)."""
+    in place as a per-row 8-bit integer product (see the module's docstring;
+    ``only_under``: as :func:`quantize_graph`'s)."""
     import onnx
     from onnx import numpy_helper
 
@@ -140,7 +141,8 @@ def quantize_rows(path: Path) -> None:
     nodes = []
     for node in graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "MatMul" else None
-        if weight is None or len(weight.dims) != 2:
+        if (weight is None or len(weight.dims) != 2
+                or (only_under is not None and not node.name.startswith(only_under))):
             nodes.append(node)
             continue
         matrix = numpy_helper.to_array(weight).astype(np.float32)
