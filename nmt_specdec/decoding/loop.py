@@ -33,6 +33,7 @@ from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_layout
+from nmt_specdec.decoding.greedy_turn import greedy_turn_on_host, takes_host_turn
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
@@ -56,6 +57,10 @@ from nmt_specdec.decoding.steps import (
     start_batch,
 )
 from nmt_specdec.errors import UserError
+
+# A greedy turn on the CPU decides on the host (:mod:`.greedy_turn`); tests switch
+# it off to compare with the shared tensor path.
+HOST_GREEDY_TURNS = True
 
 
 def write_committed_(rows: Rows, tokens: Tensor, scores: Tensor, counts: Tensor) -> None:
@@ -254,6 +259,9 @@ def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, unif
     layout = tree_layout(k, options.candidates, last.device) if tree else None
     offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
     verified = parts.verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
+    if k == 0 and HOST_GREEDY_TURNS and takes_host_turn(verified):
+        return greedy_turn_on_host(parts.verifier, parts.rules, rows, verified, checks,
+                                   certainty_margin(options.beta, options.tau))
     constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,
                         max_len=rows.max_len, rules=parts.rules, check_min_len=checks[0],
                         check_max_len=checks[1])

@@ -1,0 +1,85 @@
+"""A greedy batch's turn decided on the host (:mod:`nmt_specdec.decoding.greedy_turn`)
+equals the batched loop's shared tensor path.
+
+Same tokens, same scores (bit for bit), same iterations and statistics, on the
+shipped model's 40 hand-written sentences in batches of 8, on both backends (the
+ONNX Runtime fp32 verifier's 8-bit projection with its certification, and 8 bits
+throughout), at the length limits (EOS forbidden before ``min_len``, forced at
+``max_len``) and with an unk penalty; and where the certification fails, both
+recompute in fp32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.shipped_model import decode_all, hand_written_sources, load_model, \
+    shipped_generator
+
+
+@pytest.fixture(scope="module")
+def shipped(onnx_cache):
+    torch.set_num_threads(1)
+    model, task = load_model()
+    return model, task, hand_written_sources(task)
+
+
+def _decode(model, task, sources, backend, host: bool, monkeypatch, **lengths):
+    from nmt_specdec.decoding import loop
+    from nmt_specdec.decoding.backends import make_backend
+
+    monkeypatch.setattr(loop, "HOST_GREEDY_TURNS", host)
+    kind, _, int8 = backend.partition("-")
+    made = make_backend(kind, model, task.target_dictionary, **({"int8": True} if int8 else {}))
+    generator = shipped_generator(model, task, backend=made, **lengths)
+    return decode_all(generator, model, task, sources, 8, scores=True), generator.stats
+
+
+def _assert_same(ours, theirs) -> None:
+    (hyps, our_stats), (their_hyps, their_stats) = ours, theirs
+    for index, ((tokens, scores), (their_tokens, their_scores)) in enumerate(
+            zip(hyps, their_hyps)):
+        assert tokens == their_tokens, index
+        assert torch.equal(scores, their_scores), index
+    for field in ("sentences", "iterations", "tokens"):
+        assert getattr(our_stats, field) == getattr(their_stats, field), field
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime", "onnxruntime-int8"])
+@pytest.mark.parametrize("lengths", [{}, {"min_len": 6}, {"max_len_a": 0, "max_len_b": 4},
+                                     {"unkpen": -20.0}])  # a reward: unk is chosen
+def test_host_turn_equals_the_tensor_path(shipped, monkeypatch, backend, lengths):
+    model, task, sources = shipped
+    ours = _decode(model, task, sources, backend, True, monkeypatch, **lengths)
+    theirs = _decode(model, task, sources, backend, False, monkeypatch, **lengths)
+    _assert_same(ours, theirs)
+    if "max_len_b" in lengths:  # most rows reached the limit: EOS forced there
+        sizes = [len(tokens) for tokens, _ in ours[0]]
+        assert sizes.count(max(sizes)) > len(sizes) / 2, sizes
+
+
+def test_host_turn_recomputes_uncertain_calls_in_fp32(shipped, monkeypatch):
+    """A bound above every logit certifies nothing: both paths take fp32 logits."""
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtVerifier
+
+    model, task, sources = shipped
+    verify, exact = OrtVerifier.verify, OrtVerifier.exact_logits
+    calls = []
+
+    def uncertain(self, *args, **kwargs):
+        verified = verify(self, *args, **kwargs)
+        assert verified.bound is not None
+        return verified._replace(bound=torch.full_like(verified.bound, float("inf")))
+
+    def counted(self, hidden):
+        calls.append(hidden.size(0))
+        return exact(self, hidden)
+
+    monkeypatch.setattr(OrtVerifier, "verify", uncertain)
+    monkeypatch.setattr(OrtVerifier, "exact_logits", counted)
+    ours = _decode(model, task, sources[:16], "onnxruntime", True, monkeypatch)
+    host_calls = len(calls)
+    theirs = _decode(model, task, sources[:16], "onnxruntime", False, monkeypatch)
+    _assert_same(ours, theirs)
+    assert host_calls > 0 and len(calls) == 2 * host_calls  # every turn, both paths
