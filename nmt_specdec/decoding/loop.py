@@ -13,8 +13,9 @@ until every row has emitted EOS. K=0 is plain greedy decoding. Each iteration
 synchronises with the host once (one small tensor read back).
 
 One sentence on the CPU takes :mod:`.single_row` instead, which decides on the
-host; the steps both loops take are :mod:`.steps`, and the generator hands
-either loop the same :class:`~.steps.LoopParts` and :class:`~.steps.Batch`.
+host, and so does a batch that never drafts (:mod:`.greedy_rows`); the steps
+the loops take are :mod:`.steps`, and the generator hands each loop the same
+:class:`~.steps.LoopParts` and :class:`~.steps.Batch`.
 
 Shapes: B active rows, K draft slots, T buffer width, C model dim, V vocabulary.
 """
@@ -33,7 +34,7 @@ from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_layout
-from nmt_specdec.decoding.greedy_turn import greedy_turn_on_host, takes_host_turn
+from nmt_specdec.decoding.greedy_rows import decode_greedy_rows, greedy_turn_on_host
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
@@ -58,8 +59,8 @@ from nmt_specdec.decoding.steps import (
 )
 from nmt_specdec.errors import UserError
 
-# A greedy turn on the CPU decides on the host (:mod:`.greedy_turn`); tests switch
-# it off to compare with the shared tensor path.
+# Greedy batches and turns on the CPU decide on the host (:mod:`.greedy_rows`);
+# tests switch it off to compare with the shared tensor path.
 HOST_GREEDY_TURNS = True
 
 
@@ -177,6 +178,8 @@ class SpecDecGenerator(nn.Module):
             if self._row_buffers is None:
                 self._row_buffers = RowBuffers()
             finished = decode_single_row(parts, batch, self._row_buffers)
+        elif batch.k_max == 0 and HOST_GREEDY_TURNS and verifier.embed.device.type == "cpu":
+            finished = decode_greedy_rows(parts, batch)
         else:
             finished = decode_rows(parts, batch)
         self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
@@ -259,7 +262,8 @@ def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, unif
     layout = tree_layout(k, options.candidates, last.device) if tree else None
     offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
     verified = parts.verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
-    if k == 0 and HOST_GREEDY_TURNS and takes_host_turn(verified):
+    if (k == 0 and HOST_GREEDY_TURNS and verified.logits.device.type == "cpu"
+            and verified.decision is None):
         return greedy_turn_on_host(parts.verifier, parts.rules, rows, verified, checks,
                                    certainty_margin(options.beta, options.tau))
     constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,

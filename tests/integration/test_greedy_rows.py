@@ -1,5 +1,5 @@
-"""A greedy batch's turn decided on the host (:mod:`nmt_specdec.decoding.greedy_turn`)
-equals the batched loop's shared tensor path.
+"""Greedy batches decided on the host (:mod:`nmt_specdec.decoding.greedy_rows`)
+equal the batched loop's shared tensor path.
 
 Same tokens, same scores (bit for bit), same iterations and statistics, on the
 shipped model's 40 hand-written sentences in batches of 8, on both backends (the
@@ -25,14 +25,14 @@ def shipped(onnx_cache):
     return model, task, hand_written_sources(task)
 
 
-def _decode(model, task, sources, backend, host: bool, monkeypatch, **lengths):
+def _decode(model, task, sources, backend, host: bool, monkeypatch, k: int = 0, **lengths):
     from nmt_specdec.decoding import loop
     from nmt_specdec.decoding.backends import make_backend
 
     monkeypatch.setattr(loop, "HOST_GREEDY_TURNS", host)
     kind, _, int8 = backend.partition("-")
     made = make_backend(kind, model, task.target_dictionary, **({"int8": True} if int8 else {}))
-    generator = shipped_generator(model, task, backend=made, **lengths)
+    generator = shipped_generator(model, task, k, backend=made, **lengths)
     return decode_all(generator, model, task, sources, 8, scores=True), generator.stats
 
 
@@ -57,6 +57,21 @@ def test_host_turn_equals_the_tensor_path(shipped, monkeypatch, backend, lengths
     if "max_len_b" in lengths:  # most rows reached the limit: EOS forced there
         sizes = [len(tokens) for tokens, _ in ours[0]]
         assert sizes.count(max(sizes)) > len(sizes) / 2, sizes
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_greedy_turns_of_a_batch_that_may_draft(shipped, monkeypatch, backend):
+    """A batch that may draft (K=2) but takes greedy turns (as --spec-k auto may):
+    the batched loop's turn with its host decision equals the tensor path."""
+    from nmt_specdec.decoding import loop, steps
+
+    model, task, sources = shipped
+    plan = steps.plan_turn
+    monkeypatch.setattr(loop, "plan_turn", lambda *args: (0, plan(*args)[1]))
+    ours = _decode(model, task, sources, backend, True, monkeypatch, k=2, min_len=3)
+    theirs = _decode(model, task, sources, backend, False, monkeypatch, k=2, min_len=3)
+    _assert_same(ours, theirs)
+    assert ours[1].k_chosen == {0: ours[1].k_chosen[0]}  # greedy turns only
 
 
 def test_host_turn_recomputes_uncertain_calls_in_fp32(shipped, monkeypatch):
