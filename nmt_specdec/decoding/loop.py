@@ -34,8 +34,8 @@ from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_layout
-from nmt_specdec.decoding.greedy_rows import decode_greedy_rows, greedy_turn_on_host
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.greedy_rows import decode_greedy_rows, greedy_turn_on_host
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_supported
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
