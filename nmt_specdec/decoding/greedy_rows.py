@@ -17,7 +17,7 @@ decides on numpy views of the same buffers:
 
 The decisions are the shared path's, in the same order on the same float32
 values: constraints as :func:`~.scoring.constrain_logits_`
-(:func:`constrain_rows_`), certification of an 8-bit projection's bound as
+(:func:`~.scoring.constrain_rows_`), certification of an 8-bit projection's bound as
 :func:`~.steps.constrained_scores` (and the same fp32 recomputation where it
 fails), the first index among ties as :func:`~.acceptance.argmax_last`, and
 scores as :func:`~.scoring.positional_scores`. Tested equal to the batched loop
@@ -29,7 +29,6 @@ Shapes: B active rows, V vocabulary, T buffer width.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import List, Optional, Tuple
 
@@ -39,7 +38,12 @@ from torch import Tensor
 
 from nmt_specdec.decoding.acceptance import Commit
 from nmt_specdec.decoding.backends.base import Verified, VerifierCalls
-from nmt_specdec.decoding.scoring import Constraints, certainty_margin, normaliser
+from nmt_specdec.decoding.scoring import (
+    Constraints,
+    certainty_margin,
+    constrain_rows_,
+    normaliser,
+)
 from nmt_specdec.decoding.steps import Batch, LoopParts, Rows, end_turn, plan_turn
 
 
@@ -176,24 +180,6 @@ def _decide(verifier: VerifierCalls, rules: Constraints, verified: Verified,
         tokens, best = _best(constrain_rows_(exact[:, 0].numpy(), steps, limits, rules,
                                              *checks))
     return tokens, best - lse
-
-
-def constrain_rows_(logits: np.ndarray, steps: np.ndarray, max_len: np.ndarray,
-                    rules: Constraints, check_min_len: bool = True,
-                    check_max_len: bool = True) -> np.ndarray:
-    """:func:`~.scoring.constrain_logits_` for one position per row: (B, V) float32
-    logits as a numpy array, ``steps`` and ``max_len`` (B,), in the same order."""
-    logits[:, rules.pad] = -math.inf
-    if rules.unk_penalty:
-        logits[:, rules.unk] -= rules.unk_penalty
-    if check_min_len or check_max_len:
-        eos = logits[:, rules.eos].copy()
-        if check_min_len:
-            eos[steps < rules.min_len] = -math.inf
-        if check_max_len:
-            logits[steps >= max_len] = -math.inf
-        logits[:, rules.eos] = eos
-    return logits
 
 
 def _best(logits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

@@ -84,6 +84,24 @@ def constrain_row_(row: np.ndarray, step: int, max_len: int, rules: Constraints,
     return row
 
 
+def constrain_rows_(logits: np.ndarray, steps: np.ndarray, max_len: np.ndarray,
+                    rules: Constraints, check_min_len: bool = True,
+                    check_max_len: bool = True) -> np.ndarray:
+    """:func:`~.scoring.constrain_logits_` for one position per row: (B, V) float32
+    logits as a numpy array, ``steps`` and ``max_len`` (B,), in the same order."""
+    logits[:, rules.pad] = -math.inf
+    if rules.unk_penalty:
+        logits[:, rules.unk] -= rules.unk_penalty
+    if check_min_len or check_max_len:
+        eos = logits[:, rules.eos].copy()
+        if check_min_len:
+            eos[steps < rules.min_len] = -math.inf
+        if check_max_len:
+            logits[steps >= max_len] = -math.inf
+        logits[:, rules.eos] = eos
+    return logits
+
+
 def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:
     """Log-probabilities of ``tokens`` (B, N) under constrained ``logits``.
 
