@@ -1,31 +1,44 @@
-"""What does ``--spec-k auto`` cost where drafting loses?
+"""What does ``--spec-k auto`` cost against the engine's greedy, and against the best fixed K?
 
 The main run's "vs engine greedy" for the auto rows is a ratio of medians of a few
 passes, and on a shared 2-core machine one pass moves by 10-20%: it cannot tell
-0.97 from 1.0. This script measures only that ratio, for each backend (and int8)
-and batch size, from many passes of the engine's greedy and of auto over the same
-sentences, alternating which goes first, the policy reset before every auto pass
-as a fresh run starts it (so every pass pays auto's exploration):
+0.97 from 1.0. This script measures only auto's ratios, for each backend (and
+int8) and batch size, from many passes of the engine's greedy, of auto and of
+each ``--fixed-k`` over the same sentences, every arm once a round in a rotating
+order, the policy reset before every auto pass as a fresh run starts it (so
+every pass pays auto's exploration):
 
-- **pass ratio**: greedy seconds / auto seconds of each pair of passes, median and
-  quartiles;
-- at batch 1, **per sentence**: each sentence decoded by both, interleaved, the
-  fastest of ``--sentence-repeats`` (for auto, of the repeats that drafted in it,
-  if any did); auto's extra seconds split between the sentences it drafted in
-  (exploration and re-checks) and those it decoded greedily (what a greedy
-  sentence of auto costs: the target is nothing). On a shared machine a pass's
-  ratio moves by a few percent from pass to pass; the split much less.
+- **greedy s / auto s** of each round, median and quartiles (where drafting
+  loses: the target is >= 0.98);
+- **best fixed K s / auto s**, the fixed K with the fewest median seconds
+  (where drafting pays: the target is >= 0.97);
+- **per batch** (per sentence at batch 1): each batch decoded by greedy and
+  auto, interleaved, the fastest of ``--split-repeats`` (for auto, of the
+  repeats that drafted in it, if any did); auto's extra seconds split between
+  the batches it drafted in (exploration and re-checks) and those it decoded
+  greedily (what a greedy batch of auto costs: the target is nothing, >= 0.99).
+  A pass's ratio moves by a few percent from pass to pass; the split much less.
+
+``--drafter verifier-int8`` drafts with the verifier's own 8-bit copy (fp32 ONNX
+Runtime only); ``--shape base`` (or ``tiny``, ``big``) replaces the checkpoint by a
+random-weight model of that shape (:mod:`benchmarks.cost_model`): such a model
+does not translate, so its ratios are time per token only. Drafting pays nowhere
+on the shipped model on an AMD EPYC; with the 8-bit copy on the base shape it
+does, a little.
 
 It takes the evaluation's options (``nmt-specdec-evaluate --help``: checkpoint,
 test set, lengths, ``--batch-sizes``, ``--backend``, ``--int8``, ``--threads``)
-beside its own. Example (from the repository root, ``work/gettext-heldout/raw``
+beside its own. Examples (from the repository root, ``work/gettext-heldout/raw``
 from the README's quickstart)::
 
     python benchmarks/auto_overhead.py --checkpoint models/gettext-de-en-tiny/model.pt \\
         --data models/gettext-de-en-tiny --spm-model models/gettext-de-en-tiny/spm.model \\
         --src-file work/gettext-heldout/raw/test.de --ref-file work/gettext-heldout/raw/test.en \\
-        --max-sentences 200 --max-len-a 1.2 --max-len-b 10 --batch-sizes 1 32 \\
+        --max-sentences 500 --max-len-a 1.2 --max-len-b 10 --batch-sizes 1 32 \\
         --backend torch onnxruntime --int8 --out /tmp/auto_overhead --passes 8
+    # where drafting pays (random weights, time per token only):
+    python benchmarks/auto_overhead.py ... --max-sentences 100 --batch-sizes 1 \\
+        --backend onnxruntime --shape base --drafter verifier-int8 --fixed-k 3 4 --passes 8
 """
 
 from __future__ import annotations
@@ -36,11 +49,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt_specdec import logs  # noqa: E402
+from nmt_specdec.decoding.options import DRAFTERS  # noqa: E402
 from nmt_specdec.evaluation import cli  # noqa: E402
 
 
@@ -55,26 +69,51 @@ def drafting_iterations(generator) -> int:
     return sum(count for k, count in generator.stats.k_chosen.items() if k)
 
 
-def pass_ratios(task, runs: Dict[str, object], device, passes: int) -> List[float]:
-    """greedy / auto seconds of ``passes`` pairs of whole passes, alternating the order."""
+def pass_seconds(task, runs: Dict[str, object], device, rounds: int) -> Dict[str, List[float]]:
+    """Seconds of ``rounds`` whole passes of every run, each round in another order
+    (the runs rotated by one), so that no run always follows the same one."""
     from nmt_specdec.evaluation import runner
 
-    ratios = []
-    for index in range(passes):
-        order = ("greedy", "auto") if index % 2 else ("auto", "greedy")
-        seconds = {name: runner.decode_pass(task, runs[name], device).seconds for name in order}
-        ratios.append(seconds["greedy"] / seconds["auto"])
-    return ratios
+    names = list(runs)
+    seconds: Dict[str, List[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            seconds[name].append(runner.decode_pass(task, runs[name], device).seconds)
+    return seconds
 
 
-def sentence_split(task, runs: Dict[str, object], repeats: int) -> Tuple[int, float, float, float]:
-    """Batch 1: (sentences auto drafted in in any repeat, its extra seconds in them, its
-    extra seconds in the others, greedy's seconds), each sentence the fastest of
-    ``repeats`` pairs. A sentence auto drafted in is timed by the fastest repeat that
-    drafted in it: its fastest repeat overall may be one that decoded it greedily,
-    which would leave the exploration out of the count."""
+class Ratios(NamedTuple):
+    """Round-by-round ratios against auto: (low quartile, median, high quartile)."""
+
+    greedy: Tuple[float, float, float]  # greedy s / auto s
+    best_k: Optional[str]  # the fixed K with the fewest median seconds
+    best: Optional[Tuple[float, float, float]]  # its s / auto s
+
+
+def ratios(seconds: Dict[str, List[float]]) -> Ratios:
+    """``seconds``: per run ("greedy", "auto", fixed K runs "K=k"), one entry a round."""
+    auto = seconds["auto"]
+
+    def against_auto(name: str) -> Tuple[float, float, float]:
+        return quartiles([s / a for s, a in zip(seconds[name], auto)])
+
+    fixed = [name for name in seconds if name.startswith("K=")]
+    if not fixed:
+        return Ratios(against_auto("greedy"), None, None)
+    best = min(fixed, key=lambda name: statistics.median(seconds[name]))
+    return Ratios(against_auto("greedy"), best, against_auto(best))
+
+
+def split_by_drafting(task, runs: Dict[str, object],
+                      repeats: int) -> Tuple[int, float, float, float]:
+    """(batches auto drafted in in any repeat, its extra seconds in them, its extra
+    seconds in the others, greedy's seconds), each batch (a sentence at batch 1) the
+    fastest of ``repeats`` pairs. A batch auto drafted in is timed by the fastest
+    repeat that drafted in it: its fastest repeat overall may be one that decoded it
+    greedily, which would leave the exploration out of the count."""
     inf = float("inf")
-    best = {name: [inf] * len(run.batches) for name, run in runs.items()}
+    best = {name: [inf] * len(runs[name].batches) for name in ("greedy", "auto")}
     best_drafting = [inf] * len(runs["auto"].batches)
     auto = runs["auto"].generator
     for repeat in range(repeats):
@@ -98,6 +137,39 @@ def sentence_split(task, runs: Dict[str, object], repeats: int) -> Tuple[int, fl
     return sum(drafted), in_drafting, sum(extra) - in_drafting, sum(best["greedy"])
 
 
+def format_row(name: str, batch_size: int, found: Ratios, drafted: int, iterations: int,
+               split: Tuple[int, float, float, float], batches: int) -> str:
+    """One table row (see :data:`HEADER`)."""
+    low, median, high = found.greedy
+    row = f"| {name} | {batch_size} | {median:.3f} ({low:.3f}-{high:.3f}) | "
+    if found.best is None:
+        row += "| "
+    else:
+        low, median, high = found.best
+        row += f"{found.best_k}: {median:.3f} ({low:.3f}-{high:.3f}) | "
+    count, in_drafting, in_greedy, greedy = split
+    return (row + f"{drafted} of {iterations} | {count} of {batches}: "
+            f"{in_drafting / greedy:+.2%} | {in_greedy / greedy:+.2%} |")
+
+
+HEADER = ("| backend | batch | greedy s / auto s: median (quartiles) | best fixed K s / auto s "
+          "| auto's drafting iterations (last pass) | batches (sentences at batch 1) drafted "
+          "in, auto's extra time in them | in the others |\n"
+          "|---|---:|---:|---:|---:|---:|---:|")
+
+
+def load_model(cfg, args, device):
+    """(model, task): the checkpoint's, or a random-weight model of ``--shape``."""
+    from nmt_specdec.evaluation import loading
+
+    model, task = loading.load_checkpoint(cfg, device)
+    if args.shape != "checkpoint":
+        from benchmarks.cost_model import SHAPES, random_shape_model
+
+        model = random_shape_model(model, task, SHAPES[args.shape], args.seed).to(device)
+    return model, task
+
+
 def measure(cfg, args) -> List[str]:
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model, the safe loader)
     from nmt_specdec.evaluation import loading, metrics, pipeline, runner
@@ -105,7 +177,7 @@ def measure(cfg, args) -> List[str]:
     from nmt_specdec.evaluation.testset import make_batches
 
     device = pipeline.setup_runtime(cfg)
-    model, task = loading.load_checkpoint(cfg, device)
+    model, task = load_model(cfg, args, device)
     detokenize = metrics.Detokenizer(task.target_dictionary, cfg.spm_model, cfg.post_process)
     testset = pipeline.load_testset(cfg, task, detokenize)
     engines = [(backend, False) for backend in cfg.backends]
@@ -113,9 +185,10 @@ def measure(cfg, args) -> List[str]:
     lines = []
     runner.freeze_heap()
     for backend, int8 in engines:
+        common = dict(beta=1, tau=0.0, backend=backend, int8=int8, drafter=args.drafter)
         specs = {"greedy": specdec(k=0, backend=backend, int8=int8),
-                 "auto": specdec(k=model.draft_block_size, auto_k=True, beta=1, tau=0.0,
-                                 backend=backend, int8=int8)}
+                 "auto": specdec(k=model.draft_block_size, auto_k=True, **common),
+                 **{f"K={k}": specdec(k=k, **common) for k in args.fixed_k}}
         generators = {name: loading.build_generator(task, model, spec, cfg)
                       for name, spec in specs.items()}
         for batch_size in cfg.batch_sizes:
@@ -124,19 +197,12 @@ def measure(cfg, args) -> List[str]:
                     for name, spec in specs.items()}
             for run in runs.values():  # warm-up
                 runner.decode_pass(task, run, device)
-            low, median, high = quartiles(pass_ratios(task, runs, device, args.passes))
+            found = ratios(pass_seconds(task, runs, device, args.passes))
             drafted = drafting_iterations(runs["auto"].generator)
             iterations = sum(runs["auto"].generator.stats.k_chosen.values())
+            split = split_by_drafting(task, runs, args.split_repeats)
             name = backend + (" int8" if int8 else "")
-            row = (f"| {name} | {batch_size} | {median:.3f} ({low:.3f}-{high:.3f}) | "
-                   f"{drafted} of {iterations} |")
-            if batch_size == 1:
-                count, in_drafting, in_greedy, greedy = sentence_split(task, runs,
-                                                                       args.sentence_repeats)
-                row += (f" {count} of {len(batches)}: {in_drafting / greedy:+.2%} | "
-                        f"{in_greedy / greedy:+.2%} |")
-            else:
-                row += " | |"
+            row = format_row(name, batch_size, found, drafted, iterations, split, len(batches))
             print(row, flush=True)
             lines.append(row)
     return lines
@@ -145,20 +211,29 @@ def measure(cfg, args) -> List[str]:
 def main() -> int:
     logs.setup(verbose=False)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--passes", type=int, default=8, help="pairs of timed passes")
-    parser.add_argument("--sentence-repeats", type=int, default=4,
-                        help="batch 1: per-sentence pairs (the fastest is kept)")
+    parser.add_argument("--passes", type=int, default=8,
+                        help="timed rounds (a pass of every arm each)")
+    parser.add_argument("--split-repeats", type=int, default=4,
+                        help="per-batch pairs (the fastest is kept)")
+    parser.add_argument("--fixed-k", type=int, nargs="*", default=[],
+                        help="fixed K arms auto is compared with (where drafting pays)")
+    parser.add_argument("--drafter", choices=DRAFTERS, default="head")
+    parser.add_argument("--shape", choices=("checkpoint", "tiny", "base", "big"),
+                        default="checkpoint",
+                        help="a random-weight model of this shape instead of the checkpoint "
+                             "(time per token only)")
+    parser.add_argument("--seed", type=int, default=1, help="of the random-weight model")
     args, evaluate_args = parser.parse_known_args()
     cfg = cli.config_from_args(cli.build_parser().parse_args(evaluate_args), evaluate_args)
     from nmt_specdec.evaluation.machine import cpu_isa, cpu_model
 
-    print(f"{cfg.checkpoint}: auto (K <= the head's block size, beta=1) against the engine's "
-          f"greedy, {args.passes} pairs of passes; {cpu_model()} ({cpu_isa()}), "
+    model = ("the checkpoint" if args.shape == "checkpoint" else
+             f"a random-weight {args.shape} model (time per token only)")
+    print(f"{cfg.checkpoint}, {model}: auto (K <= the head's block size, beta=1, drafter "
+          f"{args.drafter}) against the engine's greedy and fixed K {args.fixed_k}, "
+          f"{args.passes} rounds of passes; {cpu_model()} ({cpu_isa()}), "
           f"{cfg.threads} thread(s)")
-    print("| backend | batch | greedy s / auto s: median (quartiles) | auto's drafting "
-          "iterations (last pass) | batch 1: sentences drafted in, auto's extra time in them "
-          "| in the others |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(HEADER)
     measure(cfg, args)
     return 0
 
