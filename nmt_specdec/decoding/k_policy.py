@@ -16,8 +16,9 @@ or large batches on a compute-bound CPU.
   first use and is not trusted): extrapolating an untried K from a measured one
   let one slow early K=1 price K=2..4 out for good, and at batch 1 on ONNX
   Runtime auto then decoded greedily (1.10x greedy where K=2 ran 1.20x). Only
-  once two drafting K in a row lose to greedy, each by more than the one
-  before, are the larger K left unmeasured (retries still try them).
+  in a batch of several rows, once two drafting K in a row lose to greedy, each
+  by more than the one before, are the larger K left unmeasured (retries still
+  try them).
 - Retries: after ``retry_every`` iterations of a bucket the K measured longest
   ago runs once more, so neither a noisy measurement nor acceptance learned
   early locks a K out. A retry that leaves the best K as it was doubles the
@@ -37,11 +38,16 @@ or large batches on a compute-bound CPU.
   over them, masked) and the choice itself: with all of them paid on every
   sentence, auto ran 0.91x greedy at batch 1 on ONNX Runtime while drafting
   nothing.
-- A greedy sentence costs the policy nothing per iteration (``choose`` returns
-  0, ``observe`` returns, no counts are read back: ``wants_counts``). A greedy
-  batch of several rows times its iterations as K=0's, so the drafting batch
-  drafts at once (measuring K=0 there let noise keep drafting: int8 batch 32
-  read 0.936x greedy, 0.984x since; docs/results.md).
+- A greedy sentence or batch costs the policy one record per iteration
+  (``choose`` returns 0, no counts are read back: ``wants_counts``): it times
+  its iterations as K=0's. So K=0's estimate stays current: with K=0 measured
+  only while exploring, one lucky early reading (the fastest of the first
+  sentences' iterations) stood for the whole run, and a re-check compared it
+  with drafting K measured hundreds of sentences later (the verifier's 8-bit
+  copy on a random Transformer-base: auto decoded greedily in most passes,
+  0.95x the speed of K=4). And the drafting batch of several rows drafts at
+  once (measuring K=0 there let noise keep drafting: int8 batch 32 read 0.936x
+  greedy, 0.984x since; docs/results.md).
 
 Shapes: B active rows.
 """
@@ -212,7 +218,7 @@ class AutoK(KPolicy):
 
     def greedy_wins(self) -> Optional[bool]:
         """Whether K=0 is the best K of one row; None until every K is measured."""
-        costs = self._considered(self._costs(self.max_k, 1, 1))
+        costs = self._considered(self._costs(self.max_k, 1, 1), 1)
         return None if None in costs else self._best(costs, 0) == 0
 
     def choose(self, limit: int, batch: int) -> int:
@@ -222,7 +228,7 @@ class AutoK(KPolicy):
         self.batch = batch
         bucket = CostTable.bucket(batch)
         turn = self.turns[bucket] = self.turns.get(bucket, 0) + 1
-        costs = self._considered(self._costs(limit, bucket, batch))
+        costs = self._considered(self._costs(limit, bucket, batch), bucket)
         if None in costs:
             k = costs.index(None)  # measured seconds beat a guess: run it (again)
         elif self.recheck:  # what drafting buys now, at the K that would draft
@@ -241,18 +247,24 @@ class AutoK(KPolicy):
             return self.table.estimates(limit, bucket)
         return [self.cost(k, batch) for k in range(limit + 1)]
 
-    def _considered(self, costs: List[Optional[float]]) -> List[Optional[float]]:
-        """``costs`` up to the first K not measured yet, or up to the first K >= 2
-        that commits fewer tokens per second than greedy and than K-1: a larger K
-        verifies more positions for less and less acceptance, so it is not measured
-        (only retried). Where a verified position costs nearly a whole step (batch
-        32 on a CPU), measuring K=3 and 4 took most of a batch at half greedy's speed."""
+    def _considered(self, costs: List[Optional[float]], bucket: int) -> List[Optional[float]]:
+        """``costs`` up to the first K not measured yet, or, in a batch of several
+        rows, up to the first K >= 2 that commits fewer tokens per second than
+        greedy and than K-1: a larger K verifies more positions for less and less
+        acceptance, so it is not measured (only retried). Where a verified position
+        costs nearly a whole step (batch 32 on a CPU), measuring K=3 and 4 took most
+        of a batch at half greedy's speed. One row measures every K: its exploring
+        iterations are cheap, and its rates need not fall with K (the verifier's
+        8-bit copy on a random Transformer-base, AMD EPYC: early estimates put K=2
+        below K=1 below greedy, K=3 and 4 went unmeasured and auto decoded greedily,
+        where K=4 ran 1.04-1.08x greedy)."""
         tokens = self.acceptance.expected_tokens()
         for k in range(1, len(costs)):
             if costs[k] is None:
                 return costs[: k + 1]
             rate = tokens[k] / costs[k]
-            if k >= 2 and rate < tokens[0] / costs[0] and rate <= tokens[k - 1] / costs[k - 1]:
+            if (bucket > 1 and k >= 2 and rate < tokens[0] / costs[0]
+                    and rate <= tokens[k - 1] / costs[k - 1]):
                 return costs[: k + 1]
         return costs
 
@@ -277,7 +289,7 @@ class AutoK(KPolicy):
 
     def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
         if not self.may_draft:
-            if self.batch_bucket > 1 and self.table is not None:
+            if self.table is not None:
                 self.table.record(0, self.batch, seconds)
             return
         self.acceptance.observe(num_accepted, k)

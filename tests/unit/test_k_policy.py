@@ -322,13 +322,24 @@ def test_a_greedy_sentence_costs_the_policy_nothing_per_iteration():
     policy.end_batch(tokens=50, seconds=50.0)
 
 
-def test_a_greedy_sentence_records_no_iteration_cost():
+def test_a_greedy_sentence_keeps_greedys_cost_current():
+    # K=0 was measured fast while exploring (a lucky 0.8 for a step that costs
+    # 1.0); drafting at K=4 commits 5 tokens in 4.5 steps, 1.11x greedy's real
+    # rate, 0.89x the lucky one. Greedy sentences time their steps as K=0's, so
+    # the next re-check compares drafting with greedy's current cost, and drafts.
+    step = {"seconds": 0.8}
+
+    def seconds(k):
+        return step["seconds"] if k == 0 else 1.0 + 0.875 * k
+
     policy = AutoK(4)
-    run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 3)
-    recent = {key: list(times) for key, times in policy.table.recent.items()}
-    turns = dict(policy.turns)
-    run_sentences(policy, lambda k: 1.0 + k, lambda k: 0, 5)  # all greedy
-    assert policy.table.recent == recent and policy.turns == turns
+    run_sentences(policy, seconds, lambda k: k, 3)
+    assert policy.greedy_wins() is True  # against the lucky reading
+    step["seconds"] = 1.0
+    log = run_sentences(policy, seconds, lambda k: k, 40)
+    assert policy.table(0, 1) == pytest.approx(1.0)
+    assert all(drafts for drafts, _ in log[-10:])
+    assert policy.greedy_wins() is False
 
 
 def test_auto_k_leaves_larger_k_unmeasured_once_drafting_loses_more_with_k():
@@ -353,3 +364,21 @@ def test_auto_k_leaves_larger_k_unmeasured_once_drafting_loses_more_with_k():
         policy.observe([k] * 32, k, seconds=1.0 + 0.7 * k + (0.5 if k == 1 else 0))
         chosen.append(k)
     assert 3 in chosen
+
+
+def test_one_row_measures_every_k_even_where_early_ones_lose_more_with_k():
+    # Every draft accepted, but K=1 and K=2 lose to greedy (K=2 more than K=1,
+    # as noisy early estimates had it for the verifier's 8-bit copy) while K=4
+    # commits 5 tokens in 3.6 steps: one row still measures K=3 and 4 and drafts
+    # at K=4; a batch of 32 with the same costs stops at K=2 (the test above).
+    seconds = {0: 1.0, 1: 2.2, 2: 3.3, 3: 3.5, 4: 3.6}
+    for batch, measured in ((1, True), (32, False)):
+        policy, chosen = AutoK(4), []
+        for _ in range(39):
+            k = policy.choose(4, batch)
+            policy.observe([k] * batch, k, seconds=seconds[k])
+            chosen.append(k)
+        assert (4 in chosen) == measured
+        if measured:
+            assert chosen[-10:] == [4] * 10
+            assert policy.greedy_wins() is False
