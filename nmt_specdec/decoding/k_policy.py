@@ -8,8 +8,9 @@ ratio; K=0 (plain greedy) wins where drafting cannot pay, e.g. a poor drafter
 or large batches on a compute-bound CPU.
 
 - Acceptance: ``P(n >= i) = prod_{j<=i} c_j`` with ``c_j`` the chance that slot
-  j is accepted once slot j-1 was, counted with exponential forgetting and a
-  Beta(1, 1) prior; a slot never drafted inherits its predecessor's ``c``.
+  j is accepted once slot j-1 was, counted with exponential forgetting (of the
+  slots drafted) on a prior at its predecessor's ``c`` (a slot never drafted
+  reads as its predecessor).
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
   fastest of the last few iterations at that K. Every K up to the limit is
   measured before any is compared (four iterations each; the first pays for
@@ -87,9 +88,16 @@ class KPolicy:
 class AcceptanceEstimate:
     """Running per-slot acceptance: ``c_j = P(slot j accepted | slot j-1 accepted)``.
 
+    Forgetting touches only the slots an iteration drafted: a slot not drafted
+    keeps what was learned of it. Decaying every slot at every iteration let a
+    run of K=2 iterations wear the counts of slots 3 and 4 down towards the
+    prior, so K=3 and 4 looked worse the longer they were not drafted (the
+    verifier's 8-bit copy on a random Transformer-base: auto drafted K=2 in half
+    of some passes, where K=2 ran 0.92x greedy and K=4 1.15x).
+
     Args:
         slots: largest K.
-        decay: weight of past counts per observed iteration (forgetting).
+        decay: weight of a slot's past counts each time it is drafted again.
     """
 
     def __init__(self, slots: int, decay: float = 0.98):
@@ -98,17 +106,22 @@ class AcceptanceEstimate:
         self.decay = decay
 
     def observe(self, num_accepted: List[int], k: int) -> None:
-        self.reached = [r * self.decay for r in self.reached]
-        self.passed = [p * self.decay for p in self.passed]
+        for j in range(min(k, len(self.reached))):
+            self.reached[j] *= self.decay
+            self.passed[j] *= self.decay
         for n in num_accepted:
             for j in range(min(k, n + 1)):  # slots 1..min(k, n+1) were reached
                 self.reached[j] += 1
                 self.passed[j] += j < n
 
     def conditional(self) -> List[float]:
+        """Each slot's counts on a prior of two iterations at its predecessor's
+        estimate (the first slot's: 1/2, i.e. Beta(1, 1)): a slot seldom drafted
+        reads about as its predecessor does, not as a coin (kept counts of a
+        slot drafted once, by a retry, held K=8 out for good at 2/3)."""
         out, previous = [], 0.5
         for reached, passed in zip(self.reached, self.passed):
-            previous = (passed + 1) / (reached + 2) if reached >= 1 else previous
+            previous = (passed + 2 * previous) / (reached + 2)
             out.append(previous)
         return out
 

@@ -22,9 +22,11 @@ def test_expected_tokens_from_scripted_counts():
     est = AcceptanceEstimate(slots=3, decay=1.0)
     # K=3 twice: one row accepts 3, the other 1 -> slot 1: 2/2, slot 2: 1/2, slot 3: 1/1.
     est.observe([3, 1], 3)
-    # Beta(1,1) prior: c1 = 3/4, c2 = 2/4, c3 = 2/3.
-    assert est.conditional() == pytest.approx([3 / 4, 2 / 4, 2 / 3])
-    assert est.expected_tokens() == pytest.approx([1, 1.75, 1.75 + 0.375, 2.125 + 0.25])
+    # Prior: two iterations at the predecessor's c (slot 1: 1/2, i.e. Beta(1,1)):
+    # c1 = (2 + 1) / 4 = 3/4, c2 = (1 + 2 * 3/4) / 4 = 5/8, c3 = (1 + 2 * 5/8) / 3 = 3/4.
+    assert est.conditional() == pytest.approx([3 / 4, 5 / 8, 3 / 4])
+    p1, p2 = 3 / 4, 3 / 4 * 5 / 8
+    assert est.expected_tokens() == pytest.approx([1, 1 + p1, 1 + p1 + p2, 1 + p1 + p2 + p2 * 3 / 4])
 
 
 def test_zero_acceptance_and_full_step_drafts_choose_zero():
@@ -382,3 +384,18 @@ def test_one_row_measures_every_k_even_where_early_ones_lose_more_with_k():
         if measured:
             assert chosen[-10:] == [4] * 10
             assert policy.greedy_wins() is False
+
+
+def test_slots_not_drafted_keep_what_was_learned_of_them():
+    # 50 iterations at K=4 with every draft accepted, then 200 at K=2: slots 3
+    # and 4 were not drafted since, so their acceptance stays about what K=4
+    # showed (only their prior follows slot 2's new estimate).
+    est = AcceptanceEstimate(slots=4)
+    for _ in range(50):
+        est.observe([4], 4)
+    assert min(est.conditional()) > 0.95
+    for _ in range(200):
+        est.observe([1], 2)  # slot 1 accepted, slot 2 rejected
+    after = est.conditional()
+    assert after[2] > 0.9 and after[3] > 0.9
+    assert after[1] < 0.2  # slot 2, drafted all along, learned its rejections
