@@ -146,8 +146,11 @@ class TranslationSpecDecTask(TranslationTask):
         stock = partial(super().build_generator, models, args, seq_gen_cls,
                         extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
         model = _one_model(models, options)
+        passed = {"lm_model": (extra_gen_cls_kwargs or {}).get("lm_model"),
+                  "prefix_allowed_tokens_fn": prefix_allowed_tokens_fn,
+                  "seq_gen_cls": seq_gen_cls}
         return log_stats_at_exit(
-            build_decoder(model, self.target_dictionary, options, args, stock))
+            build_decoder(model, self.target_dictionary, options, args, stock, passed))
 
 
 def _one_model(models, options: DecodingOptions):

@@ -19,11 +19,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from torch import nn
 
 from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.generation_config import (
+    refuse_impossible_lengths,
+    refuse_unsupported,
+)
+from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.loop import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
@@ -45,7 +50,8 @@ NO_DRAFT_HEAD = (
 
 
 def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generation_args,
-                  stock: Optional[Callable[[], Any]] = None) -> Any:
+                  stock: Optional[Callable[[], Any]] = None,
+                  generator_arguments: Optional[Mapping[str, Any]] = None) -> Any:
     """The generator that decodes as ``options`` say.
 
     Args:
@@ -55,10 +61,17 @@ def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generati
         generation_args: fairseq's GenerationConfig (``--beam``, ``--max-len-a``...).
         stock: builds fairseq's own generator, called when not
             ``options.spec_decoding``.
+        generator_arguments: what fairseq passed ``build_generator`` besides
+            (``lm_model``, ``prefix_allowed_tokens_fn``, ``seq_gen_cls``).
 
     Raises:
-        UserError: what cannot decode this way, in one line.
+        UserError: what cannot decode this way, in one line
+            (:mod:`.generation_config` for fairseq's options).
     """
+    if options.spec_decoding or options.deterministic:
+        refuse_unsupported(generation_args, options.deterministic, generator_arguments)
+        check_decodable(model)
+    refuse_impossible_lengths(generation_args, _positions(model))
     if options.spec_decoding:
         fast = _spec_generator(model, tgt_dict, options, generation_args)
     else:
@@ -106,6 +119,11 @@ def _largest_k(model: nn.Module, drafter: str) -> Optional[int]:
     if drafter == "verifier-int8":
         return VERIFIER_DRAFTER_K
     return model.draft_block_size if hasattr(model, "draft_head") else None
+
+
+def _positions(model: nn.Module) -> int:
+    positions = getattr(model, "max_decoder_positions", None)
+    return positions() if callable(positions) else 1024
 
 
 def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,

@@ -87,6 +87,26 @@ def _layer_options(layer: nn.Module) -> List[str]:
     return found
 
 
+def check_decodable(model: nn.Module) -> None:
+    """Refuses, before any export or pass, a model the engine cannot decode: one
+    that is not a fairseq encoder-decoder, has no parameters, has a decoder
+    without layers, or uses a decoder option the engine does not implement.
+
+    Raises:
+        UserError: one line saying why.
+    """
+    name = type(model).__name__
+    if getattr(model, "encoder", None) is None or getattr(model, "decoder", None) is None:
+        raise UserError(f"the SpecDec engine decodes fairseq encoder-decoder models; "
+                        f"{name} is not one (decode it without --spec-decoding/--deterministic)")
+    if next(iter(model.parameters()), None) is None:
+        raise UserError(f"the model ({name}) has no parameters: nothing to decode with")
+    check_supported(model.decoder)
+    if len(model.decoder.layers) == 0:
+        raise UserError("the SpecDec engine needs a decoder with at least one layer "
+                        "(this one has --decoder-layers 0)")
+
+
 def check_supported(decoder: nn.Module) -> None:
     """Refuses a decoder the engine would decode differently from fairseq.
 

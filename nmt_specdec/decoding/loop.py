@@ -37,13 +37,15 @@ from nmt_specdec.decoding.draft_tree import move_leaf_keys, resolve_tree, tree_l
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.greedy_rows import decode_greedy_rows, greedy_turn_on_host
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
-from nmt_specdec.decoding.layout import check_supported
-from nmt_specdec.decoding.options import DecodingOptions, LengthRules
+from nmt_specdec.decoding.layout import check_decodable
+from nmt_specdec.decoding.options import DecodingOptions, LengthRules, source_lengths
 from nmt_specdec.decoding.scoring import (
     Constraints,
     certainty_margin,
     constrain_logits_,
     positional_scores,
+    repeated_ngram_bans,
+    search_rules_,
 )
 from nmt_specdec.decoding.single_row import RowBuffers, decode_single_row
 from nmt_specdec.decoding.stats import SpecDecStats, tally_turns
@@ -91,13 +93,14 @@ class SpecDecGenerator(nn.Module):
                  lengths: LengthRules, drafter: Optional[Drafter] = None,
                  backend: Optional[Backend] = None):
         super().__init__()
-        check_supported(model.decoder)  # refuse, at build time, what the engine lacks
+        check_decodable(model)  # refuse, at build time, what the engine lacks
         self.model = model
         self.options = options
         self.lengths = lengths
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
         self.rules = Constraints(self.pad, self.eos, self.unk, lengths.min_len,
-                                 lengths.unk_penalty)
+                                 lengths.unk_penalty, lengths.temperature,
+                                 lengths.no_repeat_ngram, lengths.match_source_len)
         self.backend = backend or make_backend("torch", model, tgt_dict)
         if drafter is None and options.k > 0:
             if options.drafter == "verifier-int8":
@@ -149,7 +152,9 @@ class SpecDecGenerator(nn.Module):
     def _generate(self, sample: dict, bos_token: Optional[int]) -> List[List[Dict]]:
         net_input = sample["net_input"]
         encoder_out = self.backend.encode(net_input)
-        max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad)
+        sources = (source_lengths(net_input, self.pad, self.eos)
+                   if self.lengths.match_source_len else None)
+        max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad, sources)
         # --spec-k auto compares batches that draft with batches that do not: the
         # drafter's per-batch state is part of what drafting costs.
         started = time.perf_counter()
@@ -174,11 +179,12 @@ class SpecDecGenerator(nn.Module):
         # Not through nn.Module.__setattr__ (~10 us a batch at batch 1: it looks the
         # name up among parameters, buffers and submodules).
         self.__dict__["last_cache"] = batch.cache
-        if self.single_row and max_len.numel() == 1 and verifier.embed.device.type == "cpu":
+        on_host = verifier.embed.device.type == "cpu" and self.rules.plain
+        if self.single_row and max_len.numel() == 1 and on_host:
             if self._row_buffers is None:
                 self._row_buffers = RowBuffers()
             finished = decode_single_row(parts, batch, self._row_buffers)
-        elif batch.k_max == 0 and HOST_GREEDY_TURNS and verifier.embed.device.type == "cpu":
+        elif batch.k_max == 0 and HOST_GREEDY_TURNS and on_host:
             finished = decode_greedy_rows(parts, batch)
         else:
             finished = decode_rows(parts, batch)
@@ -188,14 +194,14 @@ class SpecDecGenerator(nn.Module):
 
     def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
         """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""
-        score = scores.sum() / (tokens.numel() ** self.lengths.len_penalty)
         return {
             "tokens": tokens,
-            "score": score,
+            "score": self.lengths.sentence_score(scores),
             "attention": None,
             "alignment": None,
             "positional_scores": scores,
             "iterations": iterations,
+            "steps": iterations,  # what fairseq-generate --print-step prints
         }
 
 
@@ -263,14 +269,18 @@ def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, unif
     offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
     verified = parts.verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
     if (k == 0 and HOST_GREEDY_TURNS and verified.logits.device.type == "cpu"
-            and verified.decision is None):
+            and verified.decision is None and parts.rules.plain):
         return greedy_turn_on_host(parts.verifier, parts.rules, rows, verified, checks,
                                    certainty_margin(options.beta, options.tau))
     constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,
                         max_len=rows.max_len, rules=parts.rules, check_min_len=checks[0],
                         check_max_len=checks[1])
+    if not parts.rules.plain:
+        constrain = _with_search_rules(constrain, parts.rules, rows, inputs, layout,
+                                       steps.unsqueeze(1) + offsets)
     logits, lse = constrained_scores(parts.verifier, verified, constrain,
-                                     certainty_margin(options.beta, options.tau))
+                                     certainty_margin(options.beta, options.tau),
+                                     temperature=parts.rules.temperature)
     hidden = verified.hidden  # (B, N, C)
     # 3. accept and commit
     if tree:  # from here on the accepted path is a chain of K+1 positions
@@ -286,12 +296,46 @@ def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, unif
         acceptance = accept_drafts(logits, drafts, options.beta, options.tau)
     commit = commit_tokens(drafts, acceptance, parts.rules.eos, parts.rules.pad)
     scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
+    if parts.rules.match_source_len:  # fairseq's length-constrained search scores EOS 0
+        slots = steps.unsqueeze(1) + torch.arange(scores.size(1), device=steps.device)
+        scores = scores.masked_fill(
+            commit.tokens.eq(parts.rules.eos) & (slots >= rows.max_len.unsqueeze(1)), 0.0)
     # 4. bookkeep: the next draft reads the state that predicted the correction
     write_committed_(rows, commit.tokens, scores, commit.counts)
     index = acceptance.num_accepted.view(-1, 1, 1).expand(-1, 1, hidden.size(2))
     rows = rows._replace(lengths=rows.lengths + commit.counts,
                          states=hidden.gather(1, index).squeeze(1))
     return rows, commit, acceptance.num_accepted
+
+
+def _with_search_rules(constrain, rules: Constraints, rows: Rows, inputs: Tensor,
+                       layout, steps: Tensor):
+    """``constrain`` followed by :func:`~.scoring.search_rules_` for this turn's
+    inputs (the n-gram bans read each row's prefix on the host)."""
+    bans = []
+    if rules.no_repeat_ngram:
+        lengths = rows.lengths.tolist()
+        prefixes = [tokens[:n] for tokens, n in zip(rows.tokens.tolist(), lengths)]
+        bans = repeated_ngram_bans(prefixes, _seen_drafts(inputs.tolist(), layout),
+                                   rules.no_repeat_ngram)
+
+    def constrain_all(logits: Tensor) -> Tensor:
+        constrain(logits)
+        return search_rules_(logits, steps, rows.max_len, rules, bans)
+    return constrain_all
+
+
+def _seen_drafts(inputs: List[List[int]], layout) -> List[List[List[int]]]:
+    """Per row and verify input, the drafted inputs on its path (itself included;
+    input 0 is the last committed token). A chain's input j sees inputs 1..j; a
+    tree's sees its ancestors (:class:`~.draft_tree.TreeLayout`)."""
+    new = len(inputs[0])
+    if layout is None:
+        paths = [list(range(1, j + 1)) for j in range(new)]
+    else:
+        ancestors = layout.ancestors.tolist()
+        paths = [[a for a in range(1, new) if ancestors[j][a]] for j in range(new)]
+    return [[[row[a] for a in path] for path in paths] for row in inputs]
 
 
 def _collect(stats: SpecDecStats, rows: Rows, done: List[int], lengths: List[int],

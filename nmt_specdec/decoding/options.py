@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
+from nmt_specdec.decoding.generation_config import too_short_message
 from nmt_specdec.errors import UserError
 
 # --spec-drafter: the model's draft head, or the verifier's 8-bit copy.
@@ -206,10 +207,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class LengthRules:
-    """fairseq's length rules: max_len = min(int(a * src_len + b), max_positions - 1).
+    """fairseq's length and score rules: max_len = min(int(a * src_len + b),
+    max_positions - 1); the sentence score is the positional scores' sum divided
+    by length ** len_penalty (``normalize``; ``--unnormalized``: the sum);
+    ``temperature`` and ``no_repeat_ngram`` as :class:`~.scoring.Constraints`.
 
     fairseq measures ``src_len`` as the padded width of the whole batch; with
     ``per_sentence`` each sentence uses its own length instead (batch-invariant).
+    ``match_source_len`` makes each sentence exactly as long as its source
+    (fairseq's ``LengthConstrainedBeamSearch``: EOS forbidden before, forced at).
     """
 
     max_len_a: float = 0.0
@@ -219,6 +225,10 @@ class LengthRules:
     unk_penalty: float = 0.0
     len_penalty: float = 1.0
     per_sentence: bool = False
+    match_source_len: bool = False
+    normalize: bool = True
+    temperature: float = 1.0
+    no_repeat_ngram: int = 0
 
     @classmethod
     def from_generation_args(cls, args, model, per_sentence: bool = False) -> "LengthRules":
@@ -228,14 +238,49 @@ class LengthRules:
             max_positions=model.max_decoder_positions(),
             min_len=args.min_len, unk_penalty=args.unkpen, len_penalty=args.lenpen,
             per_sentence=per_sentence,
+            match_source_len=args.match_source_len, normalize=not args.unnormalized,
+            temperature=args.temperature, no_repeat_ngram=args.no_repeat_ngram_size,
         )
 
-    def max_lengths(self, src_tokens: Tensor, pad: int) -> Tensor:
-        """(B,) step at which each sentence is forced to emit EOS."""
-        if self.per_sentence:
-            widths = src_tokens.ne(pad).long().sum(dim=1).tolist()
-        else:  # the batch's width: no tensor op (~15 us a batch at batch 1)
-            widths = [src_tokens.size(1)] * src_tokens.size(0)
-        limits = [min(int(self.max_len_a * w + self.max_len_b), self.max_positions - 1)
-                  for w in widths]
+    def max_lengths(self, src_tokens: Tensor, pad: int,
+                    source_lengths: Optional[Tensor] = None) -> Tensor:
+        """(B,) step at which each sentence is forced to emit EOS.
+
+        Args:
+            source_lengths: (B,) :func:`source_lengths`, which ``match_source_len``
+                reads.
+
+        Raises:
+            UserError: ``min_len`` above the limit (fairseq asserts it per batch).
+        """
+        if self.match_source_len:
+            limits = [min(n, self.max_positions - 1) for n in source_lengths.tolist()]
+            longest = max(limits, default=self.min_len)
+        else:
+            if self.per_sentence:
+                widths = src_tokens.ne(pad).long().sum(dim=1).tolist()
+            else:  # the batch's width: no tensor op (~15 us a batch at batch 1)
+                widths = [src_tokens.size(1)] * src_tokens.size(0)
+            limits = [min(int(self.max_len_a * w + self.max_len_b), self.max_positions - 1)
+                      for w in widths]
+            longest = min(limits, default=self.min_len)
+        if self.min_len > longest:
+            raise UserError(too_short_message(self.min_len, longest))
         return torch.tensor(limits, dtype=torch.long, device=src_tokens.device)
+
+    def sentence_score(self, positional_scores: Tensor) -> Tensor:
+        """The hypothesis score fairseq reports (and ranks by)."""
+        total = positional_scores.sum()
+        if not self.normalize:
+            return total
+        return total / (positional_scores.numel() ** self.len_penalty)
+
+
+def source_lengths(net_input: dict, pad: int, eos: int) -> Tensor:
+    """(B,) source lengths as SequenceGenerator reads them: ``src_lengths`` when the
+    batch has them (fairseq's datasets count the EOS), else the tokens that are
+    neither pad nor EOS."""
+    if net_input.get("src_lengths") is not None:
+        return net_input["src_lengths"].view(-1)
+    src_tokens = net_input["src_tokens"]
+    return (src_tokens.ne(eos) & src_tokens.ne(pad)).long().sum(dim=1)

@@ -16,7 +16,7 @@ Shapes: B rows, N positions, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import List, NamedTuple, Tuple
 
 import numpy as np
 import torch
@@ -24,13 +24,30 @@ from torch import Tensor
 
 
 class Constraints(NamedTuple):
-    """fairseq's per-step constraints (ids from the target dictionary)."""
+    """fairseq's per-step constraints (ids from the target dictionary).
+
+    The last three are SequenceGenerator options that only the batched tensor
+    loop applies (:attr:`plain` is False when one is set): ``temperature``
+    divides the logits before the softmax, ``no_repeat_ngram`` blocks a token
+    that would repeat an n-gram of its prefix (:func:`repeated_ngram_bans`),
+    ``match_source_len`` allows EOS only at each row's ``max_len`` (its source
+    length) and scores it 0 there, as fairseq's ``LengthConstrainedBeamSearch``.
+    """
 
     pad: int
     eos: int
     unk: int
     min_len: int = 1
     unk_penalty: float = 0.0
+    temperature: float = 1.0
+    no_repeat_ngram: int = 0
+    match_source_len: bool = False
+
+    @property
+    def plain(self) -> bool:
+        """No option beyond pad, unk and the length limits: every loop applies them."""
+        return self.temperature == 1.0 and not self.no_repeat_ngram \
+            and not self.match_source_len
 
 
 def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints,
@@ -61,6 +78,51 @@ def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Con
         logits.masked_fill_(at_max.unsqueeze(2), -math.inf)
     logits[:, :, rules.eos] = eos
     return logits
+
+
+def search_rules_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints,
+                  bans: List[Tuple[int, int, List[int]]]) -> Tensor:
+    """The options of :class:`Constraints` beyond :attr:`~Constraints.plain`, in
+    place, after :func:`constrain_logits_` (as fairseq applies them after its own).
+
+    Args:
+        logits: (B, N, V) constrained logits.
+        steps, max_len: as :func:`constrain_logits_`.
+        bans: ``(row, position, tokens)`` from :func:`repeated_ngram_bans`.
+    """
+    if rules.match_source_len:  # EOS only at the source length
+        logits[:, :, rules.eos].masked_fill_(steps < max_len.unsqueeze(1), -math.inf)
+    for row, position, tokens in bans:
+        logits[row, position, tokens] = -math.inf
+    return logits
+
+
+def repeated_ngram_bans(prefixes: List[List[int]], blocks: List[List[List[int]]],
+                        size: int) -> List[Tuple[int, int, List[int]]]:
+    """fairseq's ``NGramRepeatBlock``: the tokens each position may not predict
+    because they would repeat an n-gram of ``size`` tokens already in its prefix.
+
+    Args:
+        prefixes: per row, the committed tokens, BOS first (fairseq's prefix).
+        blocks: per row and verify position, the inputs after the committed ones
+            that the position sees (its drafted ancestors, itself included).
+        size: n.
+
+    Returns:
+        ``(row, position, tokens)`` for every position with banned tokens.
+    """
+    bans = []
+    for row, (prefix, positions) in enumerate(zip(prefixes, blocks)):
+        for position, drafted in enumerate(positions):
+            seen = prefix + drafted
+            if len(seen) < size - 1:
+                continue
+            key = seen[len(seen) - size + 1:]
+            banned = sorted({seen[i + size - 1] for i in range(len(seen) - size + 1)
+                             if seen[i: i + size - 1] == key})
+            if banned:
+                bans.append((row, position, banned))
+    return bans
 
 
 def constrain_row_(row: np.ndarray, step: int, max_len: int, rules: Constraints,

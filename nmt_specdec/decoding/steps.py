@@ -170,7 +170,7 @@ def draft_inputs(drafter: Drafter, request: Optional[DraftRequest], last: Option
 
 def constrained_scores(verifier: VerifierCalls, verified: Verified,
                        constrain: Callable[[Tensor], Any], margin: float,
-                       on_host: bool = False) -> Tuple[Tensor, Tensor]:
+                       on_host: bool = False, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
     """Step 2, verify's scores: float32 logits under fairseq's constraints.
 
     Where the call's logits are exact only above a bound (an 8-bit projection,
@@ -181,11 +181,15 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
         constrain: applies the constraints to (B, N, V) logits in place.
         margin: :func:`~.scoring.certainty_margin` of the acceptance settings.
         on_host: read the best logits through numpy (one row on the CPU: no tensor op).
+        temperature: the logits are divided by it first, in their own precision,
+            as fairseq's ``--temperature``.
 
     Returns:
         ``(logits, normaliser)``: (B, N, V) constrained logits and the (B, N)
         ``logsumexp`` of the raw ones (fairseq normalises before constraining).
     """
+    if temperature != 1.0:
+        verified = _tempered(verified, temperature)
     logits = verified.logits.float()  # acceptance and scores read float32
     lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
     constrain(logits)
@@ -197,10 +201,19 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
     else:
         exact = certain(logits.amax(dim=-1), bound, margin)
     if not exact:  # an 8-bit score may matter here: this call's scores again, in fp32
-        logits = verifier.exact_logits(verified.hidden).float()
+        logits = verifier.exact_logits(verified.hidden)
+        logits = (logits if temperature == 1.0 else logits / temperature).float()
         lse = normaliser(logits)
         constrain(logits)
     return logits, lse
+
+
+def _tempered(verified: Verified, temperature: float) -> Verified:
+    """``verified`` with its logits (and the bound above its inexact ones) divided
+    by ``temperature``; the normaliser is then recomputed from them."""
+    bound = None if verified.bound is None else verified.bound / temperature
+    return verified._replace(logits=verified.logits / temperature, normaliser=None,
+                             bound=bound, decision=None)
 
 
 def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: float) -> None:

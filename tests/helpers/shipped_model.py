@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import List
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 
 from nmt_specdec.workflows.quickstart_pretrained import prepare_test_split
@@ -115,12 +116,10 @@ def shipped_generator(model, task, k: int = 0, candidates: int = 1, backend=None
     (``k`` 0: greedy; ``candidates`` > 1: draft trees; ``backend`` None: torch;
     ``options``: a whole ``DecodingOptions`` instead of ``k`` and ``candidates``;
     ``lengths``: ``min_len``, ``max_len_a`` or ``max_len_b`` instead of the model's)."""
-    import argparse
-
     from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
-    rules = LengthRules.from_generation_args(argparse.Namespace(**{
+    rules = LengthRules.from_generation_args(GenerationConfig(**{
         "min_len": 1, "unkpen": 0.0, "lenpen": 1.0, "max_len_a": SETTINGS["max_len_a"],
         "max_len_b": SETTINGS["max_len_b"], **lengths}), model)
     options = options or DecodingOptions(k=k, candidates=candidates)

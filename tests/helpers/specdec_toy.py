@@ -49,13 +49,13 @@ RANDOM_MODEL_ARGS: Tuple[str, ...] = (
 )
 
 
-def write_toy_dictionaries(workdir: Path):
+def write_toy_dictionaries(workdir: Path, symbols: Sequence[str] = TOY_SYMBOLS):
     """The toy dictionary, saved as ``dict.src.txt`` and ``dict.tgt.txt`` in ``workdir``."""
     from fairseq.data import Dictionary
 
     workdir.mkdir(parents=True, exist_ok=True)
     dictionary = Dictionary()
-    for symbol in TOY_SYMBOLS:
+    for symbol in symbols:
         dictionary.add_symbol(symbol)
     for side in ("src", "tgt"):
         dictionary.save(str(workdir / f"dict.{side}.txt"))
@@ -94,6 +94,44 @@ def random_specdec_model(workdir: Path, *, seed: int = 2, eos_boost: float = 0.5
     with torch.no_grad():
         model.decoder.output_projection.weight[dictionary.eos()] *= 1.0 + eos_boost
     return task, model
+
+
+def random_fairseq_model(workdir: Path, flags: Sequence[str], seed: int,
+                         symbols: Sequence[str] = TOY_SYMBOLS, noise: float = 0.2,
+                         eos_scale: float = 1.6):
+    """A random fairseq model built by its task from command-line ``flags`` (task,
+    arch, sizes), every parameter perturbed by ``noise`` standard deviations (so
+    that norms and positions matter) and the EOS output row scaled by
+    ``eos_scale`` (so that some sentences end before the length limit).
+    Returns ``(task, model)``, eval mode, CPU."""
+    import fairseq_plugins  # noqa: F401  (registers translation_specdec)
+    from fairseq import options, tasks
+
+    dictionary = write_toy_dictionaries(Path(workdir), symbols)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(workdir), "-s", "src", "-t", "tgt",
+                                                "--cpu", *flags])
+    task = tasks.setup_task(args)
+    torch.manual_seed(seed)
+    model = task.build_model(args).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(noise * torch.randn(param.shape, generator=g))
+        if hasattr(model.decoder, "output_projection"):
+            model.decoder.output_projection.weight[dictionary.eos()] *= eos_scale
+    return task, model
+
+
+def generation_config(**fields):
+    """fairseq's GenerationConfig at beam 1 with ``fields`` set."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    config = GenerationConfig()
+    config.beam = 1
+    for name, value in fields.items():
+        setattr(config, name, value)
+    return config
 
 
 def source_batch(dictionary, lengths: Sequence[int], seed: int = 0) -> dict:

@@ -4,9 +4,9 @@ counts), and their output is greedy's."""
 
 from __future__ import annotations
 
-import argparse
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 
 from nmt_specdec.decoding.k_policy import AutoK
 from nmt_specdec.decoding.loop import SpecDecGenerator
@@ -21,7 +21,7 @@ def toy(tmp_path_factory):
 
 
 def _generator(model, dictionary, k: int, auto: bool) -> SpecDecGenerator:
-    args = argparse.Namespace(beam=1, max_len_a=0.0, max_len_b=12, min_len=1, lenpen=1.0,
+    args = GenerationConfig(beam=1, max_len_a=0.0, max_len_b=12, min_len=1, lenpen=1.0,
                               unkpen=0.0)
     return SpecDecGenerator.from_generation_args(
         model, dictionary, DecodingOptions(k=k, auto_k=auto), args)

@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
-import argparse
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 
 from tests.helpers.shipped_model import (
@@ -47,7 +47,7 @@ def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: floa
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
-        argparse.Namespace(min_len=1, unkpen=unkpen, lenpen=1.0, **LENGTHS), model)
+        GenerationConfig(min_len=1, unkpen=unkpen, lenpen=1.0, **LENGTHS), model)
     generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
                                  backend=backend)
     return decode_all(generator, model, task, sources, batch_size, scores=True)

@@ -11,9 +11,9 @@ On the shipped model and 40 hand-written sentences:
 - options that cannot combine with it are one-line errors.
 """
 
-import argparse
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 
 from nmt_specdec.errors import UserError
@@ -108,7 +108,7 @@ def test_relaxed_tree_decodes_every_sentence(shipped):
     from nmt_specdec.decoding.loop import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
-    rules = LengthRules.from_generation_args(argparse.Namespace(
+    rules = LengthRules.from_generation_args(GenerationConfig(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model)
     relaxed = SpecDecGenerator(model, task.target_dictionary,

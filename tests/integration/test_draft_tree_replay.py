@@ -6,9 +6,9 @@ beta=1 SpecDec takes at batch 1: that is what makes the replay's figures for
 wider trees (which the engine does not decode) trustworthy.
 """
 
-import argparse
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 
 from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_model
@@ -23,7 +23,7 @@ def test_chain_replay_equals_engine_iterations(k):
     torch.set_num_threads(1)
     model, task = load_model()
     sources = hand_written_sources(task, 16)
-    rules = LengthRules.from_generation_args(argparse.Namespace(
+    rules = LengthRules.from_generation_args(GenerationConfig(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model)
     greedy = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=0), rules)

@@ -12,10 +12,10 @@ whatever the drafter proposes; only the number of iterations may change:
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
@@ -39,7 +39,7 @@ SINGLE_ROWS = (1, 2)  # rows decoded alone in the batch-of-1 cases
 
 
 def generation_args(max_len_a: float = 0.0, max_len_b: int = MAX_LEN_B):
-    return argparse.Namespace(beam=1, max_len_a=max_len_a, max_len_b=max_len_b,
+    return GenerationConfig(beam=1, max_len_a=max_len_a, max_len_b=max_len_b,
                               min_len=1, lenpen=1.0, unkpen=0.0)
 
 

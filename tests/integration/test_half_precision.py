@@ -23,13 +23,13 @@ at the end of the run (``half precision:`` lines), not asserted.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
@@ -116,7 +116,7 @@ def test_deterministic_beta1_equals_deterministic_greedy(shipped, dtype) -> None
 
 
 def _deterministic(model, task, k: int) -> DeterministicGenerator:
-    rules = LengthRules.from_generation_args(argparse.Namespace(
+    rules = LengthRules.from_generation_args(GenerationConfig(
         min_len=1, unkpen=0.0, lenpen=1.0, max_len_a=SETTINGS["max_len_a"],
         max_len_b=SETTINGS["max_len_b"]), model, per_sentence=True)
     fast = shipped_generator(model, task, options=DecodingOptions(k=k, deterministic=True))

@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-import argparse
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
@@ -39,7 +39,7 @@ def toy(tmp_path_factory):
 
 
 def generation_args():
-    return argparse.Namespace(beam=1, max_len_a=0.0, max_len_b=MAX_LEN_B, min_len=1,
+    return GenerationConfig(beam=1, max_len_a=0.0, max_len_b=MAX_LEN_B, min_len=1,
                               lenpen=1.0, unkpen=0.0)
 
 

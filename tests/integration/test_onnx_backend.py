@@ -13,13 +13,13 @@ that nothing needs the network. Exports go to a per-module temporary cache.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 from pathlib import Path
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 
 from nmt_specdec.errors import UserError
@@ -57,7 +57,7 @@ def _generator(model, task, k, backend=None):
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
-        argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
+        GenerationConfig(min_len=1, unkpen=0.0, lenpen=1.0, **LENGTHS), model)
     return SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
                             backend=backend)
 

@@ -15,13 +15,13 @@ network/apt skips those tests, any other failure fails them (see the helper).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 from pathlib import Path
 
 import pytest
 import torch
+from fairseq.dataclass.configs import GenerationConfig
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP, logit_gaps
@@ -157,7 +157,7 @@ def test_beta1_equals_fairseq_greedy_up_to_near_ties(model_and_task, test_source
     model, task = model_and_task
     stock = SequenceGenerator([model], task.target_dictionary, beam_size=1, **_length_args())
     rules = LengthRules.from_generation_args(
-        argparse.Namespace(min_len=1, unkpen=0.0, lenpen=1.0, **_length_args()), model)
+        GenerationConfig(min_len=1, unkpen=0.0, lenpen=1.0, **_length_args()), model)
     spec = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=SETTINGS["k"]),
                             rules)
     greedy = decode_all(stock, model, task, test_sources, batch_size)
@@ -175,7 +175,6 @@ def test_beta1_equals_fairseq_greedy_up_to_near_ties(model_and_task, test_source
 @pytest.mark.slow
 def test_deterministic_mode_gives_the_same_bytes_at_any_batch_size(model_and_task,
                                                                    test_sources):
-    from fairseq.dataclass.configs import GenerationConfig
 
     model, task = model_and_task
     sources = test_sources[:DETERMINISTIC_SENTENCES]

@@ -14,6 +14,7 @@ import re
 from typing import Dict, List
 
 import pytest
+from fairseq.dataclass.configs import GenerationConfig
 import torch
 from fairseq import checkpoint_utils
 from fairseq.sequence_generator import SequenceGenerator
@@ -49,7 +50,7 @@ def loaded(specdec_toy: SpecDecToy):
 
 
 def _generation_args() -> argparse.Namespace:
-    return argparse.Namespace(
+    return GenerationConfig(
         beam=1, max_len_a=0.0, max_len_b=200, min_len=1, lenpen=1.0, unkpen=0.0
     )
 

@@ -102,8 +102,13 @@ def test_stock_transformer_drafts_with_its_int8_copy(toy_data_bin, tiny_transfor
               "--spec-decoding", "--backend", "onnxruntime", "--batch-size", "1",
               "--max-len-a", "1", "--max-len-b", "5"]
     greedy = hypotheses(run_cli("generate", [*common, "--spec-k", "0"]).stdout)
-    drafted = run_cli("generate", [*common, "--spec-drafter", "verifier-int8"])
+    drafted = run_cli("generate", [*common, "--spec-drafter", "verifier-int8", "--print-step"])
     assert hypotheses(drafted.stdout) == greedy and len(greedy) > 5
+    # --print-step: the iterations each sentence took, fewer than its tokens when drafts pass.
+    steps = [int(line.split("\t")[1]) for line in drafted.stdout.splitlines()
+             if line.startswith("I-")]
+    assert len(steps) == len(greedy) and min(steps) >= 1
+    assert sum(steps) < sum(len(h.split()) + 1 for h in greedy.values())
 
 
 def test_translate_takes_a_stock_checkpoint_under_the_specdec_task(toy_data_bin,

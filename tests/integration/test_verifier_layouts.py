@@ -37,7 +37,7 @@ import torch
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 from nmt_specdec.decoding.replay.replay_pass import KVCache, verify_block
 from nmt_specdec.errors import UserError
-from tests.helpers.specdec_toy import source_batch, write_toy_dictionaries
+from tests.helpers.specdec_toy import random_fairseq_model, source_batch
 
 ATOL = 1e-4
 DIMS = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
@@ -76,21 +76,9 @@ REFUSED = {
 def build_model(workdir: Path, flags: Sequence[str], seed: int = 0):
     """A random stock ``transformer`` with ``flags``, every parameter perturbed so
     that LayerNorm gains/biases and positions all matter; eval mode."""
-    from fairseq import options, tasks
-
-    write_toy_dictionaries(workdir)
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        str(workdir), "--task", "translation", "-s", "src", "-t", "tgt",
-        "--arch", "transformer", "--dropout", "0", "--cpu", *DIMS, *flags])
-    task = tasks.setup_task(args)
-    torch.manual_seed(seed)
-    model = task.build_model(args).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.1 * torch.randn(param.shape, generator=g))
-    return task, model
+    return random_fairseq_model(workdir, ("--task", "translation", "--arch", "transformer",
+                                          "--dropout", "0", *DIMS, *flags),
+                                seed, noise=0.1, eos_scale=1.0)
 
 
 def _inputs(dictionary):

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.acceptance import constrain_lprobs
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
-from nmt_specdec.decoding.layout import check_supported
+from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.options import LengthRules
 from nmt_specdec.decoding.replay.ragged import compaction_index
 from nmt_specdec.decoding.replay.replay_pass import KVCache, verify_block
@@ -118,7 +118,7 @@ class FixedShapeReplay(nn.Module):
             raise ValueError("fixed-shape replay needs per-sentence length rules")
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
-        check_supported(model.decoder)  # the replay re-implements the decoder's pass
+        check_decodable(model)  # the replay re-implements the decoder's pass
         self.model, self.lengths, self.window = model, lengths, window
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
         self.stats = ReplayStats()
@@ -199,7 +199,6 @@ class DeterministicGenerator(nn.Module):
         super().__init__()
         self.fast, self.replay = fast, replay
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
-        self.len_penalty = replay.lengths.len_penalty
         self.symbols_to_strip_from_output = {self.eos}
 
     @property
@@ -214,6 +213,8 @@ class DeterministicGenerator(nn.Module):
             raise UserError("--deterministic does not support --prefix-size or constraints")
         device = model_device(self.replay.model)
         sample = on_device(sample, device)
+        # Each sentence's own limits, refused before the fast path runs (fairseq's asserts).
+        self.replay.lengths.max_lengths(sample["net_input"]["src_tokens"], self.pad)
         proposals = self.fast.generate(models, sample, bos_token=bos_token, **kwargs)
         self.replay.model.eval()
         with attention_kernels(device):
@@ -226,6 +227,8 @@ class DeterministicGenerator(nn.Module):
         results = []
         for src, hypos in zip(sample["net_input"]["src_tokens"], proposals):
             replayed = self.replay.replay(src[src.ne(self.pad)], hypos[0]["tokens"].tolist(), bos)
+            # --print-step: the fast path's iterations (stock greedy: one per token).
+            replayed["steps"] = hypos[0].get("steps", len(hypos[0]["tokens"]))
             results.append([self._fairseq_hypothesis(replayed)])
         return results
 
@@ -234,12 +237,14 @@ class DeterministicGenerator(nn.Module):
         scores = torch.tensor(replayed["positional_scores"])
         return {
             "tokens": tokens,
-            "score": scores.sum() / (tokens.numel() ** self.len_penalty),
+            "score": self.replay.lengths.sentence_score(scores),
             "attention": None,
             "alignment": None,
             "positional_scores": scores,
             "recomputed": replayed["recomputed"],
+            "steps": replayed["steps"],
         }
+
 
 def _common_prefix(a: List[int], b: List[int]) -> int:
     """Length of the longest common prefix of two token lists."""

@@ -125,7 +125,7 @@ def _export_encoder(model: nn.Module, verifier, head, pad: int, out: Path) -> _M
     layers, draft_layers = len(verifier.layers), len(head.layers) if head else 0
     # Two source rows, one left-padded: fairseq's encoder then takes its padding
     # branch, which is also right for unpadded batches.
-    src = torch.tensor([[5, 6, 7, 2], [pad, 5, 6, 2]])
+    src = _example_ids([[5, 6, 7, 2], [pad, 5, 6, 2]], model.encoder.embed_tokens.num_embeddings)
     lean_layers = lean_encoder_layers(model.encoder)
     states = {"states": {0: "batch", 1: "source"}} if head else {}
     for name, pack in ((ENCODER, True), (ENCODER_SENTENCE, False)):  # see _Packing
@@ -153,7 +153,8 @@ def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor
     self_inputs = example_inputs(verifier.heads, same_bits, start, past[0].size(2),
                                  chain.view(-1, 1) >= chain)
     _export(VerifyGraph(verifier, certified, same_bits).eval(),
-            (torch.tensor([[5, 6, 7], [8, 9, 10]]), start, memory.mask, chain, *self_inputs,
+            (_example_ids([[5, 6, 7], [8, 9, 10]], verifier.embed.size(0)), start, memory.mask,
+             chain, *self_inputs,
              *past, *memory.cross),
             out / VERIFY, _verify_inputs(len(verifier.layers)),
             {**_VERIFY_OUTPUTS, **({"bound": {0: "batch", 1: "new"}} if certified else {})})
@@ -161,7 +162,7 @@ def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor
 
 def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:
     _export(DraftGraph(head).eval(),
-            (torch.randn(2, verifier.dim), torch.tensor([5, 6]),
+            (torch.randn(2, verifier.dim), _example_ids([5, 6], verifier.embed.size(0)),
              torch.tensor([[3, 4, 5], [0, 1, 2]]), memory.mask, torch.arange(2),
              *memory.draft_cross),
             out / DRAFT,
@@ -183,7 +184,7 @@ def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path
     self_inputs = example_inputs(verifier.heads, same_bits, start, past[0].size(2),
                                  layout.ancestors)
     _export(FusedVerifyGraph(verifier, head, same_bits).eval(),
-            (torch.tensor([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]]), start,
+            (_example_ids([[5, 6, 7, 8, 9], [8, 9, 10, 11, 12]], verifier.embed.size(0)), start,
              memory.mask, layout.offsets, *self_inputs, torch.tensor(parent_list(2, 2)),
              torch.arange(3), torch.arange(2), *past, *memory.cross, *memory.draft_cross),
             out / FUSED,
@@ -193,6 +194,16 @@ def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path
              **{n: _SOURCE for n in kv_names("draft", len(head.layers))}},
             {**_VERIFY_OUTPUTS, "drafts": {0: "batch", 1: "candidates", 2: "draft_slots"},
              "decision": {0: "batch"}})
+
+
+def _example_ids(ids: list, vocabulary: int) -> Tensor:
+    """Example token ids that exist in a vocabulary of any size: an ordinary id
+    (4 and up, after fairseq's specials) wraps around the ordinary symbols."""
+    def fit(i: int) -> int:
+        if i < 4:
+            return i % vocabulary
+        return 4 + (i - 4) % (vocabulary - 4) if vocabulary > 4 else i % vocabulary
+    return torch.tensor([fit(i) if isinstance(i, int) else [fit(j) for j in i] for i in ids])
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: Dict, outputs: Dict) -> None:
