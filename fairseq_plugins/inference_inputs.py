@@ -107,7 +107,7 @@ class TruncatingInferenceDataset(LanguagePairDataset):
     ):
         super().__init__(
             list(src),
-            np.array(src_sizes),
+            np.array([int(size) for size in src_sizes], dtype=np.int64),  # tensors or ints
             src_dict,
             tgt_dict=tgt_dict,
             constraints=constraints,

@@ -119,6 +119,13 @@ def foreign_checkpoint(
             f"{what}, "
             "not 'model' with 'cfg' or 'args' (was it saved by fairseq-train?)"
         )
+    if state.get("optimizer_history") == []:  # fairseq's upgrade reads its last entry
+        return CheckpointError(
+            f"checkpoint {checkpoint} has an empty 'optimizer_history', which fairseq "
+            "cannot load; give it one entry, e.g. [{'criterion_name': "
+            "'CrossEntropyCriterion', 'optimizer_name': 'FairseqAdam', "
+            "'lr_scheduler_state': {'best': None}, 'num_updates': 0}]"
+        )
     arch = _architecture(state)
     if arch is not None and not is_registered(arch):
         return CheckpointError(

@@ -8,6 +8,7 @@ fairseq-train resuming from such a checkpoint.
 
 from __future__ import annotations
 
+import ast
 import os
 import random
 import re
@@ -165,6 +166,24 @@ def test_translate_refuses_pytorch_file_that_is_no_fairseq_checkpoint(
     assert line.startswith(
         f"error: {path} is a PyTorch file but not a fairseq checkpoint"
     )
+
+
+def test_translate_explains_an_empty_optimizer_history(raw_text_toy, tmp_path, capsys) -> None:
+    """A valid checkpoint whose ``optimizer_history`` is empty: fairseq's upgrade
+    reads its last entry (an IndexError); the error says how to mend the file,
+    and the file mended so decodes."""
+    state = load_checkpoint(raw_text_toy.specdec)
+    state["optimizer_history"] = []
+    path = tmp_path / "no_history.pt"
+    torch.save(state, path)
+
+    line = _translate(raw_text_toy, path, capsys)
+
+    assert line.startswith(f"error: checkpoint {path} has an empty 'optimizer_history'")
+    state["optimizer_history"] = ast.literal_eval(line[line.index("e.g. ") + 5:])  # as advised
+    torch.save(state, path)
+    assert tr.main(["--checkpoint", str(path), "--spm-model", str(raw_text_toy.spm_model),
+                    "--data", str(raw_text_toy.data), "--cpu", "--input", os.devnull]) == 0
 
 
 def test_translate_refuses_dictionary_mismatch(raw_text_toy, tmp_path, capsys) -> None:
