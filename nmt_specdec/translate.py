@@ -33,6 +33,7 @@ Shapes: B sentences in a batch, S source pieces.
 from __future__ import annotations
 
 import argparse
+import glob
 import logging
 import os
 import sys
@@ -176,9 +177,18 @@ def load_translator(cfg: TranslateConfig) -> Translator:
 def _load_model(cfg: TranslateConfig):
     """The model and task; under ``--spec-decoding`` a stock checkpoint's task is
     ``translation_specdec`` (its inference dataset tolerates hostile input)."""
-    overrides = {"data": cfg.data, "source_lang": cfg.source_lang,
+    overrides = {"data": _data_directory(cfg), "source_lang": cfg.source_lang,
                  "target_lang": cfg.target_lang}
     return checkpoints.load(cfg.checkpoint, overrides, specdec_task=cfg.decoding.spec_decoding)
+
+
+def _data_directory(cfg: TranslateConfig) -> Optional[str]:
+    """``--data``; without it the checkpoint's own directory when it holds
+    dictionaries (a shipped model), else None: the checkpoint's training data."""
+    if cfg.data is not None:
+        return cfg.data
+    beside = os.path.dirname(os.path.abspath(cfg.checkpoint))
+    return beside if glob.glob(os.path.join(beside, "dict.*.txt")) else None
 
 
 def _check_spm_matches(spm, dictionary, path: str) -> None:
@@ -345,12 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="raw source text, one sentence per line (default: stdin)",
     )
     add("--output", "-o", default="-", help="translations (default: stdout)")
-    add(
-        "--data",
-        metavar="DIR",
-        help="directory with dict.SRC.txt/dict.TGT.txt "
-        "(default: the checkpoint's training data directory)",
-    )
+    add("--data", metavar="DIR", help="directory with dict.SRC.txt/dict.TGT.txt (default: the "
+        "checkpoint's directory if it has them, else the checkpoint's training data directory)")
     add("--source-lang", "-s", help="source language (default: the checkpoint's)")
     add("--target-lang", "-t", help="target language (default: the checkpoint's)")
     add_flags(parser.add_argument_group("decoding"))

@@ -99,6 +99,9 @@ def resolve(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
     takes the model's draft block size as its upper bound (:data:`VERIFIER_DRAFTER_K`
     for the 8-bit copy).
 
+    A K above the head's draft block size is lowered to it, with one warning:
+    slots past it were never trained.
+
     Raises:
         UserError: the draft head must draft and the checkpoint has none, or K
             reaches the model's target positions.
@@ -111,6 +114,11 @@ def resolve(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
     if k >= model.max_decoder_positions():
         raise UserError(f"--spec-k {k} must be below the model's "
                         f"{model.max_decoder_positions()} target positions")
+    if options.drafter == "head" and k > 0 and k > model.draft_block_size:
+        logger.warning("--spec-k %d: this draft head was trained to draft %d tokens; "
+                       "decoding with --spec-k %d", k, model.draft_block_size,
+                       model.draft_block_size)
+        k = model.draft_block_size
     return dataclasses.replace(options, k=k, auto_k=auto and k > 0)
 
 

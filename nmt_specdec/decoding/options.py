@@ -162,6 +162,16 @@ def parse_spec_k(value: Any) -> Optional[int]:
     return k
 
 
+def _spec_k_flag(value: str) -> str:
+    """argparse's check of ``--spec-k`` (its usage line on a bad value); the text
+    is kept for :meth:`DecodingOptions.from_flags`."""
+    try:
+        parse_spec_k(value)
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--spec-k ")) from None
+    return value
+
+
 def _flagged() -> List[Any]:
     return [option for option in fields(DecodingOptions) if option.metadata["flag"]]
 
@@ -199,7 +209,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if option.type is bool:  # every switch is off by default
             parser.add_argument(name, action="store_true", help=help)
         elif flag == SPEC_K:
-            parser.add_argument(name, default=AUTO, metavar="K", help=help)
+            parser.add_argument(name, default=AUTO, metavar="K", type=_spec_k_flag, help=help)
         else:
             parser.add_argument(name, type=option.type, default=option.default,
                                 choices=option.metadata["choices"], help=help)

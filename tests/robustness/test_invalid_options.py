@@ -49,7 +49,6 @@ def _translate_args(toy, *extra: str) -> list[str]:
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--spec-decoding", "--spec-k", "-1"], "error: --spec-k must be >= 0, got -1"),
         (
             ["--spec-decoding", "--spec-beta", "0"],
             "error: --spec-beta must be >= 1, got 0",
@@ -70,13 +69,63 @@ def _translate_args(toy, *extra: str) -> list[str]:
         (["--beam", "0"], "error: --beam must be >= 1, got 0"),
         (["--batch-size", "0"], "error: --batch-size must be >= 1, got 0"),
     ],
-    ids=["k0", "beta0", "tau-neg", "tau-nan", "k-too-long", "beam0", "batch0"],
+    ids=["beta0", "tau-neg", "tau-nan", "k-too-long", "beam0", "batch0"],
 )
 def test_translate_rejects_bad_decoding_options(
     raw_text_toy, capsys, extra, message
 ) -> None:
     assert tr.main(_translate_args(raw_text_toy, *extra)) == 2
     assert one_error_line(capsys.readouterr().err) == message
+
+
+@pytest.mark.parametrize("value, message", [("-1", "must be >= 0, got -1"),
+                                            ("banana", "must be an integer >= 0 or 'auto', "
+                                                       "got 'banana'")])
+def test_translate_rejects_a_bad_spec_k_as_argparse_does(raw_text_toy, capsys, value,
+                                                         message) -> None:
+    """--spec-k's text is checked by argparse, like every typed flag: usage, then
+    the program's one error line."""
+    with pytest.raises(SystemExit) as exit_:
+        tr.main(_translate_args(raw_text_toy, "--spec-decoding", "--spec-k", value))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: nmt-specdec-translate")
+    assert err.splitlines()[-1] == f"nmt-specdec-translate: error: argument --spec-k: {message}"
+
+
+def test_spec_k_above_the_heads_block_size_is_lowered_with_one_warning(tmp_path, caplog):
+    from nmt_specdec.decoding.build import resolve
+    from nmt_specdec.decoding.options import DecodingOptions
+    from tests.helpers.specdec_toy import random_specdec_model
+
+    _, model = random_specdec_model(tmp_path)  # --draft-block-size 4
+    with caplog.at_level("WARNING"):
+        resolved = resolve(model, DecodingOptions(spec_decoding=True, k=9))
+    assert resolved.k == 4 and not resolved.auto_k
+    assert [r.getMessage() for r in caplog.records] == [
+        "--spec-k 9: this draft head was trained to draft 4 tokens; decoding with --spec-k 4"]
+    assert resolve(model, DecodingOptions(spec_decoding=True, k=3)).k == 3
+
+
+def test_translate_finds_the_dictionaries_beside_the_checkpoint(raw_text_toy, tmp_path,
+                                                               capsys) -> None:
+    """Without --data, the checkpoint's own directory when it has the dictionaries
+    (as a shipped model's does), though its training data directory is gone."""
+    import shutil
+
+    import torch
+
+    from nmt_specdec.checkpoint_safety import load_checkpoint
+
+    shipped = tmp_path / "model"
+    shutil.copytree(raw_text_toy.data, shipped)
+    state = load_checkpoint(raw_text_toy.specdec)
+    state["cfg"]["task"]["data"] = str(tmp_path / "gone")
+    torch.save(state, shipped / "model.pt")
+    args = _translate_args(raw_text_toy)
+    args[1], data = str(shipped / "model.pt"), args.index("--data")
+    del args[data: data + 2]
+    assert tr.main(args) == 0, capsys.readouterr().err
 
 
 def test_translate_spec_decoding_needs_a_draft_head(raw_text_toy, capsys) -> None:

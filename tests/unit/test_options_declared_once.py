@@ -146,8 +146,8 @@ def _compares_with_auto(node: ast.AST) -> bool:
 
 def test_spec_k_is_parsed_in_one_function() -> None:
     """Only ``parse_spec_k`` tells ``auto`` from a number (``--backend auto`` is
-    another option: the backends are left out), only ``from_flags`` calls it, and
-    nothing reads a ``spec_k`` attribute."""
+    another option: the backends are left out), only ``from_flags`` and argparse's
+    check of the flag call it, and nothing reads a ``spec_k`` attribute."""
     readers, callers, attributes = set(), set(), []
     for path, tree in _modules():
         for function in _functions(tree):
@@ -160,5 +160,5 @@ def test_spec_k_is_parsed_in_one_function() -> None:
         attributes += [f"{path}:{node.lineno}" for node in ast.walk(tree)
                        if isinstance(node, ast.Attribute) and node.attr == "spec_k"]
     assert readers == {"options.py:parse_spec_k"}
-    assert callers == {"options.py:from_flags"}
+    assert callers == {"options.py:from_flags", "options.py:_spec_k_flag"}
     assert attributes == []
