@@ -34,10 +34,10 @@ from the README's quickstart)::
     python benchmarks/auto_overhead.py --checkpoint models/gettext-de-en-tiny/model.pt \\
         --data models/gettext-de-en-tiny --spm-model models/gettext-de-en-tiny/spm.model \\
         --src-file work/gettext-heldout/raw/test.de --ref-file work/gettext-heldout/raw/test.en \\
-        --max-sentences 500 --max-len-a 1.2 --max-len-b 10 --batch-sizes 1 32 \\
+        --first-sentences 500 --max-len-a 1.2 --max-len-b 10 --batch-sizes 1 32 \\
         --backend torch onnxruntime --int8 --out /tmp/auto_overhead --passes 8
     # where drafting pays (random weights, time per token only):
-    python benchmarks/auto_overhead.py ... --max-sentences 100 --batch-sizes 1 \\
+    python benchmarks/auto_overhead.py ... --first-sentences 100 --batch-sizes 1 \\
         --backend onnxruntime --shape base --drafter verifier-int8 --fixed-k 3 4 --passes 8
 """
 

@@ -18,7 +18,7 @@ test set, lengths, ``--batch-sizes`` (the first), ``--backend`` (the first),
     python benchmarks/batch_split.py --checkpoint models/gettext-de-en-tiny/model.pt \\
         --data models/gettext-de-en-tiny --spm-model models/gettext-de-en-tiny/spm.model \\
         --src-file work/gettext-heldout/raw/test.de --ref-file work/gettext-heldout/raw/test.en \\
-        --max-sentences 500 --max-len-a 1.2 --max-len-b 10 --batch-sizes 32 \\
+        --first-sentences 500 --max-len-a 1.2 --max-len-b 10 --batch-sizes 32 \\
         --backend onnxruntime --threads 1 --out /tmp/batch_split --repeats 5
 """
 

@@ -12,7 +12,7 @@ tables.
 Example (from the repository root)::
 
     python benchmarks/determinism.py --checkpoint work/long/ckpt/checkpoint_last.pt \\
-        --data work/ding/bin --split test --max-sentences 100 --out results/determinism
+        --data work/ding/bin --split test --first-sentences 100 --out results/determinism
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Dict, List, Sequence
 import torch
 from fairseq.dataclass.configs import GenerationConfig
 
+from nmt_specdec.arguments import add_deprecated_alias
 from nmt_specdec.errors import UserError
 
 MODES = {  # name -> (spec_decoding, deterministic)
@@ -141,7 +142,9 @@ def parse_args(argv: List[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--timing-batch-size", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--max-sentences", type=int, default=None, help="first N sentence ids only")
+    first = p.add_argument("--first-sentences", dest="max_sentences", type=int, default=None,
+                           metavar="N", help="first N sentence ids only")
+    add_deprecated_alias(p, "--max-sentences", first)
     p.add_argument("--max-len-a", type=float, default=0.0)
     p.add_argument("--max-len-b", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)

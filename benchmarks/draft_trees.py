@@ -45,6 +45,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from nmt_specdec.arguments import add_deprecated_alias
 from nmt_specdec.decoding.options import LengthRules
 from nmt_specdec.errors import UserError
 
@@ -230,14 +231,16 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="directory with the dictionaries")
     p.add_argument("--src-file", required=True, help="raw source sentences, one per line")
     p.add_argument("--spm-model", required=True)
-    p.add_argument("--max-sentences", type=int, default=500)
+    first = p.add_argument("--first-sentences", dest="max_sentences", type=int, default=500,
+                           metavar="N", help="decode only the first N sentences")
+    add_deprecated_alias(p, "--max-sentences", first)
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
 
 
 def load_inputs(args: argparse.Namespace) -> Inputs:
     """The model (fp32, eval mode; it must have a draft head), its task, the first
-    ``--max-sentences`` sources encoded, and fairseq's length rules."""
+    ``--first-sentences`` sources encoded, and fairseq's length rules."""
     import sentencepiece
     from fairseq import checkpoint_utils
 

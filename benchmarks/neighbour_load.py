@@ -17,7 +17,7 @@ the repository root, ``work/gettext-heldout/raw`` from the README's quickstart):
     python benchmarks/neighbour_load.py --checkpoint models/gettext-de-en-tiny/model.pt \\
         --data models/gettext-de-en-tiny --spm-model models/gettext-de-en-tiny/spm.model \\
         --src-file work/gettext-heldout/raw/test.de --ref-file work/gettext-heldout/raw/test.en \\
-        --max-sentences 500 --max-len-a 1.2 --max-len-b 10 --threads 1 --out /tmp/neighbour \\
+        --first-sentences 500 --max-len-a 1.2 --max-len-b 10 --threads 1 --out /tmp/neighbour \\
         --passes 4 --neighbour-mib 64
 
 With ``--threads 1`` on a 2-core machine the neighbour has the other core to

@@ -43,6 +43,7 @@ from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec import checkpoints
 from nmt_specdec import logs
+from nmt_specdec.arguments import HelpFormatter
 from nmt_specdec.decoding.options import DecodingOptions, add_flags, flag_names
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
@@ -332,9 +333,8 @@ def _open(path: str, mode: str, standard: BinaryIO, failure: str) -> Iterator[Bi
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="nmt-specdec-translate",
-        description="Translate raw text line by line with a fairseq checkpoint: "
-        "exactly "
+        prog="nmt-specdec-translate", formatter_class=HelpFormatter,
+        description="Translate raw text line by line with a fairseq checkpoint: exactly "
         "one output line per input line, in order. Empty lines give empty "
         f"lines; {INVALID_BYTES_HELP}; {LONG_LINE_HELP}.",
     )

@@ -42,7 +42,7 @@ wait "$tests"
 
 timeout -k 10 "$EVAL_S" python3 -c "import sys; from nmt_specdec.evaluation.cli import main; sys.argv[0] = 'nmt-specdec-evaluate'; sys.exit(main())" \
   --checkpoint models/gettext-de-en-tiny/model.pt --data gpu_kit/carry/heldout --split test \
-  --spm-model models/gettext-de-en-tiny/spm.model --max-sentences "$SENTENCES" \
+  --spm-model models/gettext-de-en-tiny/spm.model --first-sentences "$SENTENCES" \
   --batch-sizes 1 32 --repeats 1 --beams 1 --grid-k 2 4 --grid-auto --grid-beta 1 --fp16 \
   --ct2 --max-len-a 1.2 --max-len-b 10 --no-progress --out "$W/eval" $DEVICE_ARGS \
   > "$OUT/eval.log" 2>&1

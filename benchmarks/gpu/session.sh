@@ -165,7 +165,7 @@ evaluate() {  # name checkpoint sentences "batches" keep_s: keep_s seconds stay 
   stage_begin "eval $name"
   timeout -k 10 "$budget" "$PY" -c "import sys; from nmt_specdec.evaluation.cli import main; sys.argv[0] = 'nmt-specdec-evaluate'; sys.exit(main())" \
     --checkpoint "$ckpt" --data "$DATA" --split test --spm-model "$MODEL/spm.model" \
-    --max-sentences "$n" --batch-sizes $batches --repeats "$REPEATS" --beams 1 $GRID \
+    --first-sentences "$n" --batch-sizes $batches --repeats "$REPEATS" --beams 1 $GRID \
     --fp16 $CT2_FLAG --max-len-a 1.2 --max-len-b 10 --no-progress --out "$WORK/eval_$name" \
     > "$LOGS/eval_$name.log" 2>&1
   local rc=$?

@@ -181,9 +181,10 @@ def flag_names() -> List[str]:
     return [option.metadata["flag"] for option in _flagged()]
 
 
-def option_help(name: str) -> str:
-    """The help string of the field ``name`` of :class:`DecodingOptions`."""
-    return DecodingOptions.__dataclass_fields__[name].metadata["help"]
+def option_flag(name: str) -> str:
+    """The command-line flag of the field ``name`` of :class:`DecodingOptions`
+    (``--spec-k`` for ``k``)."""
+    return "--" + DecodingOptions.__dataclass_fields__[name].metadata["flag"].replace("_", "-")
 
 
 def flag_fields() -> List[Tuple[str, Any, Any]]:

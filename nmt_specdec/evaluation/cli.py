@@ -26,7 +26,8 @@ from typing import List, Optional
 from nmt_specdec import checkpoints
 from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
-from nmt_specdec.decoding.options import DRAFTERS, option_help
+from nmt_specdec.arguments import HelpFormatter, add_deprecated_alias
+from nmt_specdec.decoding.options import DRAFTERS, option_flag
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nmt_specdec.evaluation.pipeline import PLOT_PNG, RESULTS_JSON, RESULTS_MD
 
     parser = argparse.ArgumentParser(
-        prog="nmt-specdec-evaluate",
+        prog="nmt-specdec-evaluate", formatter_class=HelpFormatter,
         description="Decode one test set with fairseq's SequenceGenerator (beam 1, "
         "beam N) and a grid of SpecDec settings, interleaved in one process on one "
         f"loaded checkpoint; write {RESULTS_JSON}, {RESULTS_MD} and {PLOT_PNG}.",
@@ -99,14 +100,16 @@ def _add_input_args(group) -> None:
         default="sentencepiece",
         help="fairseq --post-process for hypotheses when no --spm-model",
     )
-    group.add_argument(
-        "--max-sentences",
+    first = group.add_argument(
+        "--first-sentences",
         "--limit",
         dest="max_sentences",
         type=int,
         metavar="N",
-        help="decode only the first N sentences of the test set",
+        help="decode only the first N sentences of the test set (default: all)",
     )
+    # fairseq's --max-sentences is a batch size: the old name misled.
+    add_deprecated_alias(group, "--max-sentences", first)
 
 
 def _add_decoding_args(group) -> None:
@@ -117,11 +120,15 @@ def _add_decoding_args(group) -> None:
         default=[1, 5],
         help="stock beam sizes (beam 1 is always run: it is the baseline)",
     )
-    group.add_argument("--max-len-a", type=float, default=0.0)
-    group.add_argument("--max-len-b", type=int, default=200)
-    group.add_argument("--min-len", type=int, default=1)
-    group.add_argument("--lenpen", type=float, default=1.0)
-    group.add_argument("--unkpen", type=float, default=0.0)
+    group.add_argument("--max-len-a", type=float, default=0.0,
+                       help="longest output = a * source length + b")
+    group.add_argument("--max-len-b", type=int, default=200,
+                       help="longest output = a * source length + b")
+    group.add_argument("--min-len", type=int, default=1, help="fewest tokens before EOS")
+    group.add_argument("--lenpen", type=float, default=1.0,
+                       help="length penalty: score = sum / length ** lenpen")
+    group.add_argument("--unkpen", type=float, default=0.0,
+                       help="subtracted from the unknown word's log-probability")
     _add_grid_args(group)
     group.add_argument(
         "--ct2",
@@ -143,41 +150,44 @@ def _add_decoding_args(group) -> None:
 
 
 def _grid_help(intro: str, name: str) -> str:
-    """A grid flag's help: what it runs, then what the decoding option does (its
-    declaration's help, :class:`~nmt_specdec.decoding.options.DecodingOptions`)."""
-    return f"{intro}. The option: {option_help(name)}"
+    """A grid flag's help: what it runs, then the decoding flag each row sets
+    (``nmt-specdec-translate --help`` says what that does)."""
+    return f"{intro} (as {option_flag(name)})"
 
 
 def _add_grid_args(group) -> None:
     """The SpecDec rows: one per combination of these decoding options' values."""
     add = group.add_argument
     add("--grid-k", type=int, nargs="+", default=[], help=_grid_help(
-        "SpecDec draft block sizes (default: the model's); the engine's own greedy decoding "
-        "(K=0, the 'vs engine greedy' reference) is always run", "k"))
+        "fixed draft block sizes K of the SpecDec rows (default: the model's draft block "
+        "size); the engine's own greedy decoding (K=0, the 'vs engine greedy' reference) "
+        "always runs", "k"))
     add("--grid-auto", action="store_true", help=_grid_help(
-        "also run --spec-k auto (up to the model's draft block size)", "k"))
+        "also run K chosen per iteration (auto), up to the model's draft block size", "k"))
     add("--grid-beta", type=int, nargs="+", default=[1, 3, 5],
-        help=_grid_help("SpecDec top-beta widths (--spec-beta)", "beta"))
+        help=_grid_help("top-beta widths", "beta"))
     add("--grid-tau", type=float, nargs="+", default=[1.0, 3.0], help=_grid_help(
-        "SpecDec log-prob margins (--spec-tau; beta=1 rows run once, tau unused)", "tau"))
+        "log-prob margins (beta=1 rows run once: tau is unused there)", "tau"))
     add("--grid-candidates", type=int, nargs="+", default=[1], help=_grid_help(
-        "drafts verified per slot for K > 0 (--spec-candidates)", "candidates"))
+        "drafts verified per slot for K > 0", "candidates"))
     add("--drafters", nargs="+", choices=DRAFTERS, default=["head"], help=_grid_help(
-        "who drafts the SpecDec rows with K > 0 (--spec-drafter): the head's rows always "
-        "run, and verifier-int8 adds each onnxruntime fp32 chain row drafted by it", "drafter"))
+        "who drafts the rows with K > 0: the head's rows always run, and verifier-int8 adds "
+        "each onnxruntime fp32 chain row drafted by the verifier's 8-bit copy", "drafter"))
     add("--backend", dest="backends", nargs="+", choices=BACKENDS, default=[DEFAULT_BACKEND],
         help=_grid_help("who runs the SpecDec rows' model calls; several: every SpecDec row "
                         "on each, in the same interleaved run", "backend"))
     add("--int8", action="store_true",
-        help=_grid_help("also run the onnxruntime SpecDec rows with --int8", "int8"))
+        help=_grid_help("also run the onnxruntime SpecDec rows in 8 bits", "int8"))
     add("--fused-draft", action="store_true", help=_grid_help(
-        "also run the onnxruntime SpecDec rows (K > 0) with --fused-draft", "fused_draft"))
+        "also run the onnxruntime SpecDec rows (K > 0) with one call per iteration",
+        "fused_draft"))
 
 
 def _add_timing_args(group) -> None:
     from nmt_specdec.evaluation.pipeline import TIME_SPLIT_PNG
 
-    group.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    group.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32],
+                       help="sentences per batch; every row is timed at each")
     group.add_argument(
         "--repeats",
         type=int,
@@ -201,7 +211,7 @@ def _add_timing_args(group) -> None:
         "--threads",
         type=int,
         default=1,
-        help="torch.set_num_threads (default 1: stable CPU timings)",
+        help="torch.set_num_threads (1: stable CPU timings)",
     )
     group.add_argument(
         "--cpu", action="store_true", help="decode on the CPU even with CUDA"

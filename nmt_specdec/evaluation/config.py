@@ -306,7 +306,7 @@ def validate(cfg: EvalConfig) -> None:
     _check_positive("--grid-beta", cfg.grid_beta)
     _check_positive("--grid-candidates", cfg.grid_candidates)
     if cfg.max_sentences is not None:
-        _check_positive("--max-sentences", [cfg.max_sentences])
+        _check_positive("--first-sentences", [cfg.max_sentences])
     if cfg.warmup_batches < 0:
         raise UserError(f"--warmup-batches must be >= 0, got {cfg.warmup_batches}")
     if any(not tau >= 0 for tau in cfg.grid_tau):

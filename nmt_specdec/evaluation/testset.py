@@ -115,7 +115,7 @@ def check_lengths(sources: List[Tensor], max_source_positions: int) -> None:
         raise UserError(
             f"{len(too_long)} test sentences (first: line {too_long[0] + 1}) "
             f"are longer than the model's {max_source_positions} source "
-            "positions; shorten them or use --max-sentences"
+            "positions; shorten them or use --first-sentences"
         )
     if not sources:
         raise UserError("the test set is empty")

@@ -304,7 +304,7 @@ def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) ->
     out = toy["root"] / "cli"
     argv = ["--checkpoint", str(toy["specdec"]), "--data", str(toy["data"]),
             "-s", "src", "-t", "tgt", "--spm-model", str(toy["spm"]),
-            "--max-sentences", "6",
+            "--first-sentences", "6",
             "--beams", "1", "--grid-k", "2", "--grid-beta", "1", "--batch-sizes", "3",
             "--max-len-a", "1", "--max-len-b", "4", "--repeats", "1", "--threads", "1",
             "--backend", "torch", "--no-progress", "--out", str(out)]
@@ -315,7 +315,7 @@ def test_main_runs_the_command_line(toy: dict, capsys: pytest.CaptureFixture) ->
     results = json.loads((out / "results.json").read_text())
     assert results["test_set"]["sentences"] == 6
     assert results["config"]["max_sentences"] == 6
-    assert "--max-sentences 6" in results["command"]
+    assert "--first-sentences 6" in results["command"]
 
 
 def test_bad_out_dir_fails_before_decoding(toy: dict, monkeypatch) -> None:
