@@ -88,6 +88,39 @@ def setup(verbose: bool = False) -> None:
         warnings.filterwarnings("ignore", category=SyntaxWarning, module=LIBRARY_SOURCES)
 
 
+# What fairseq's generation CLIs print on stderr through libraries, about fairseq's
+# own use of them (hydra's deprecations, torch's pin_memory on a CPU), never the user's.
+_LIBRARY_NOISE = (r"hydra\.", r"torch\.utils\.data")
+_LIBRARY_NOISE_MESSAGES = (r"\s*'config' is validated against ConfigStore",)
+# fairseq's own knob for its CLIs' log level; set, nothing is hidden.
+FAIRSEQ_LOGLEVEL = "LOGLEVEL"
+
+
+def quiet_fairseq_generation() -> None:
+    """fairseq-generate and fairseq-interactive with the plugin: WARNING and above
+    from fairseq and the libraries, this project's INFO (its summary), the lines
+    of fairseq-generate itself but its config dump (throughput: "Translated N
+    sentences ..."), and none of the warnings fairseq's use of hydra and torch
+    raises. ``LOGLEVEL=INFO`` (as fairseq reads it) shows everything again."""
+    import os
+
+    if os.environ.get(FAIRSEQ_LOGLEVEL):
+        return
+    logging.getLogger().setLevel(logging.WARNING)
+    for name in (OWN_LOGGER, "fairseq_plugins", "fairseq_cli.generate"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger("fairseq_cli.generate").addFilter(_not_a_config_dump)
+    for module in _LIBRARY_NOISE:
+        warnings.filterwarnings("ignore", category=UserWarning, module=module)
+    for message in _LIBRARY_NOISE_MESSAGES:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+
+
+def _not_a_config_dump(record: logging.LogRecord) -> bool:
+    """fairseq's CLIs log their whole config as the record's message object."""
+    return isinstance(record.msg, str)
+
+
 def _hides_library_syntax(item: tuple) -> bool:
     """Whether a ``warnings.filters`` entry is the one :func:`setup` adds."""
     module = item[3]

@@ -128,6 +128,43 @@ def test_examples_translate_in_a_fresh_process() -> None:
     assert int(done.stdout.split()[-1]) == len(quickstart_pretrained.examples_for(MODEL_DIR))
 
 
+def _readme_command(program: str) -> str:
+    """The README's command line that runs ``program`` (continuation lines joined)."""
+    lines = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if f"{program} " in line)
+    command = []
+    for line in lines[start:]:
+        command.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return " ".join(command)
+
+
+@pytest.mark.parametrize("loglevel", [None, "INFO"])
+def test_the_readmes_interactive_command_is_quiet(loglevel) -> None:
+    """The README's fairseq-interactive command on in-domain lines: a hypothesis
+    per line, at most 3 lines on stderr (fairseq's logs with LOGLEVEL=INFO)."""
+    import os
+    import subprocess
+    import sys
+
+    command = _readme_command("fairseq-interactive")
+    command = command[command.index("fairseq-interactive"):]  # stdin comes from here
+    env = {**os.environ, "M": str(MODEL_DIR.relative_to(REPO_ROOT)),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("LOGLEVEL", None)
+    if loglevel:
+        env["LOGLEVEL"] = loglevel
+    lines = "Datei wurde nicht gefunden.\nMöchten Sie die Änderungen speichern?\n"
+    done = subprocess.run(["bash", "-c", command], input=lines, capture_output=True, text=True,
+                          cwd=REPO_ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line.split("\t")[-1] for line in done.stdout.splitlines()
+            if line.startswith("D-")] == ["File not found.", "Do you want to save changes?"]
+    stderr = done.stderr.splitlines()
+    assert (len(stderr) <= 3) == (loglevel is None), done.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def model_and_task():
     torch.set_num_threads(1)
