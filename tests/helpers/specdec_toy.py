@@ -118,7 +118,7 @@ def random_fairseq_model(workdir: Path, flags: Sequence[str], seed: int,
     with torch.no_grad():
         for param in model.parameters():
             param.add_(noise * torch.randn(param.shape, generator=g))
-        if hasattr(model.decoder, "output_projection"):
+        if getattr(model.decoder, "output_projection", None) is not None:
             model.decoder.output_projection.weight[dictionary.eos()] *= eos_scale
     return task, model
 

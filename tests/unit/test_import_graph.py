@@ -158,3 +158,41 @@ def test_no_import_cycle(graph: Graph) -> None:
 def test_cycle_finder_finds_a_cycle() -> None:
     toy = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(toy) == [{"a", "b", "c"}]
+
+
+# The layers, lowest first: a module imports only modules of its own layer or below.
+LAYERS: Tuple[Tuple[str, ...], ...] = (
+    ("nmt_specdec.errors", "nmt_specdec.logs", "nmt_specdec.arguments"),
+    ("nmt_specdec.checkpoint_safety", "nmt_specdec.load_errors", "nmt_specdec.export",
+     "nmt_specdec.shipping", "nmt_specdec.raw_text", "nmt_specdec.data"),
+    ("nmt_specdec.checkpoints",),
+    ("nmt_specdec.model",),
+    ("nmt_specdec.decoding",),
+    ("nmt_specdec.evaluation", "nmt_specdec.translate"),
+    ("nmt_specdec.workflows", "nmt_specdec"),
+    (PLUGIN,),
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer of ``module``: that of its longest declared prefix."""
+    found = [(len(prefix), i) for i, layer in enumerate(LAYERS) for prefix in layer
+             if _in(module, prefix)]
+    assert found, f"{module} is in no layer: add it to LAYERS"
+    return max(found)[1]
+
+
+def upward_arrows(graph: Graph) -> List[Tuple[str, str]]:
+    return sorted((module, target) for module, targets in graph.items() for target in targets
+                  if layer_of(target) > layer_of(module))
+
+
+def test_no_module_imports_a_layer_above_its_own(graph: Graph) -> None:
+    assert upward_arrows(graph) == []
+
+
+def test_the_layer_rule_sees_an_upward_arrow() -> None:
+    toy = {"nmt_specdec.model.draft_head": {"nmt_specdec.decoding.passes.layers"},
+           "nmt_specdec.decoding.loop": {"nmt_specdec.model.draft_head"}}
+    assert upward_arrows(toy) == [("nmt_specdec.model.draft_head",
+                                   "nmt_specdec.decoding.passes.layers")]
