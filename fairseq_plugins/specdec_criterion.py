@@ -4,7 +4,7 @@ The encoder runs once; its output feeds both the verifier (teacher forcing on
 the gold or distilled target) and the draft head. The head's blocks are
 ``--draft-cuts`` random cuts per sentence of the draft target (distilled when
 given), each reading the verifier's teacher-forced state at the cut
-(:mod:`nmt_specdec.draft_examples`); the verifier's states, the encoder output and
+(:mod:`nmt_specdec.model.draft_examples`); the verifier's states, the encoder output and
 the shared embeddings are detached, so the draft loss never changes the
 verifier or the encoder, also when both are trained jointly. The two losses are
 logged separately, with the draft head's accuracy over all slots and on slot 1
@@ -26,7 +26,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
-from nmt_specdec.draft_examples import make_draft_cuts
+from nmt_specdec.model.draft_examples import make_draft_cuts
 from nmt_specdec.errors import UserError
 
 # Validation cuts come from a fixed seed so that draft accuracy is comparable

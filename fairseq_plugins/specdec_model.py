@@ -2,7 +2,7 @@
 
 The model's ordinary forward and incremental decoding are the AR path (the
 verifier), so stock ``fairseq-generate --beam N`` works on these checkpoints.
-The draft head (:class:`nmt_specdec.draft_head.DraftHead`, format 2) reads the
+The draft head (:class:`nmt_specdec.model.draft_head.DraftHead`, format 2) reads the
 shared encoder output and the verifier's top-layer states. A checkpoint with a
 format-1 head (which re-encoded the prefix) is refused with a one-line error.
 """
@@ -14,7 +14,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
 from nmt_specdec.decoding.options import DecodingOptions, flag_names
-from nmt_specdec.draft_head import FORMAT_VERSION, DraftHead
+from nmt_specdec.model.draft_head import FORMAT_VERSION, DraftHead
 from nmt_specdec.errors import CheckpointError, UserError
 
 

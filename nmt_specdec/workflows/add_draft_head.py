@@ -10,7 +10,7 @@ One resumable command (``nmt-specdec-add-draft-head``):
    sentence-like than the training corpus), translated the same way;
 2. ``train``: ``fairseq-train`` with ``--init-from-ar-checkpoint
    --freeze-verifier`` on the distilled targets; the head learns from random
-   cuts of them (:mod:`nmt_specdec.draft_examples`); ``--budget-minutes`` bounds
+   cuts of them (:mod:`nmt_specdec.model.draft_examples`); ``--budget-minutes`` bounds
    it and an interrupted run resumes from ``checkpoint_last.pt``;
 3. ``finish``: ``{out}/model.pt`` (no optimizer state) after checking that every
    verifier weight is bit-identical to the input, then tokens per iteration and

@@ -17,7 +17,7 @@ fresh when the shipped head has none), 40 hand-written sentences:
 import pytest
 import torch
 
-from nmt_specdec.draft_head import DraftHead
+from nmt_specdec.model.draft_head import DraftHead
 from nmt_specdec.errors import UserError
 from tests.helpers.shipped_model import (
     MODEL_DIR,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt_specdec.draft_examples import make_draft_cuts, sample_cuts
+from nmt_specdec.model.draft_examples import make_draft_cuts, sample_cuts
 
 PAD, EOS = 1, 2
 BOS = EOS  # fairseq starts decoding with EOS

@@ -3,12 +3,10 @@ ONNX Runtime backend traces it into its graphs.
 
 - ``layers``: a fairseq decoder layer's weights, fused, and one batch-first pass
   over new positions (``scaled_dot_product_attention``);
-- ``positions``: fairseq's position numbering at explicit positions (the draft
-  head's training forward uses it too);
 - ``verifier_pass`` / ``draft_pass``: the verifier and the draft head as lean
   passes that return hidden states;
 - ``weights_watch``: whether the weights behind those lean copies changed.
 
-This package imports nothing at package level, so that the draft head (which
-``draft_pass`` reads) can import ``positions`` without a circle.
+Positions at explicit offsets are :mod:`nmt_specdec.model.positions`, below
+this package (the draft head's training forward uses them too).
 """

@@ -1,7 +1,7 @@
 """The draft head as a lean pass: K+1 positions, bidirectional, no cache (then,
 for a head with refinement layers, ``refine_steps`` causal refinement passes).
 
-Same weights and arithmetic as :meth:`nmt_specdec.draft_head.DraftHead.forward`
+Same weights and arithmetic as :meth:`nmt_specdec.model.draft_head.DraftHead.forward`
 (tested equal), with the encoder keys/values of its layers computed once per
 batch and only an argmax over the draft vocabulary at the K slots.
 
@@ -25,9 +25,9 @@ from nmt_specdec.decoding.passes.layers import (
     layer_weights,
     transposed,
 )
-from nmt_specdec.decoding.passes.positions import PositionTable
+from nmt_specdec.model.positions import PositionTable
 from nmt_specdec.decoding.passes.verifier_pass import EncoderOut, encoder_memory
-from nmt_specdec.draft_head import DraftHead, shortlist_logits
+from nmt_specdec.model.draft_head import DraftHead, shortlist_logits
 
 
 def _no_cache(layer: int, key: Tensor, value: Tensor):

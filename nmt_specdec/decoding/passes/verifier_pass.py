@@ -28,7 +28,7 @@ from nmt_specdec.decoding.passes.layers import (
     one_query_at_a_time,
     transposed,
 )
-from nmt_specdec.decoding.passes.positions import PositionTable
+from nmt_specdec.model.positions import PositionTable
 
 EncoderOut = Dict[str, List[Tensor]]
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.passes.positions import embed_positions_at
+from nmt_specdec.model.positions import embed_positions_at
 from nmt_specdec.decoding.replay.ragged import CacheCompaction
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]

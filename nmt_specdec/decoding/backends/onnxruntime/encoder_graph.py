@@ -30,7 +30,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graphs import (
 )
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.layers import Norm, cross_kv
-from nmt_specdec.decoding.passes.positions import PositionTable
+from nmt_specdec.model.positions import PositionTable
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier, encoder_memory
 
 

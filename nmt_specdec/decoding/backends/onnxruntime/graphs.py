@@ -42,7 +42,7 @@ from nmt_specdec.decoding.backends.onnxruntime.projection import CertifiedProjec
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.layers import CrossKV, LayerWeights, Norm
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
-from nmt_specdec.draft_head import shortlist_logits
+from nmt_specdec.model.draft_head import shortlist_logits
 
 
 def kv_names(prefix: str, layers: int) -> List[str]:

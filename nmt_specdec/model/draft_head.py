@@ -61,7 +61,7 @@ from torch import Tensor, nn
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from nmt_specdec.decoding.passes.positions import embed_positions_at
+from nmt_specdec.model.positions import embed_positions_at
 from nmt_specdec.errors import UserError
 
 FORMAT_VERSION = 2
