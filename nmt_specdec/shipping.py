@@ -12,7 +12,6 @@ fairseq itself saves ``cfg`` as plain containers, and so does this module.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Dict
 
@@ -82,11 +81,3 @@ def save_compact(state: Dict[str, Any], path: Path,
     tmp = path.with_name(path.name + ".tmp")
     torch.save(compact_state(state, dtype), tmp)
     tmp.replace(path)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

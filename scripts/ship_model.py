@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
-from nmt_specdec.shipping import save_compact, sha256
+from nmt_specdec.hashing import file_sha256 as sha256
+from nmt_specdec.shipping import save_compact
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,6 @@ fairseq's ``--post-process sentencepiece``.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import Iterator, Sequence
 
 from nmt_specdec.data.splits import split_paths
 from nmt_specdec.data.steps import LOG, RecipeError, atomic_text, count_lines
+from nmt_specdec.hashing import file_sha256
 
 SPIECE_UNDERLINE = "\u2581"
 _BATCH = 10_000
@@ -137,16 +137,6 @@ def encode_file(model: Path, src: Path, dst: Path, num_threads: int = 2) -> int:
 def decode_line(line: str) -> str:
     """Turn a line of pieces back into text (no model needed)."""
     return "".join(line.split()).replace(SPIECE_UNDERLINE, " ").strip()
-
-
-def decode_file(src: Path, dst: Path) -> int:
-    """Decode a file of pieces line by line; returns the number of lines."""
-    count = 0
-    with open(src, encoding="utf-8") as handle, atomic_text(dst) as out:
-        for line in handle:
-            out.write(decode_line(line) + "\n")
-            count += 1
-    return count
 
 
 def binarize(
@@ -290,8 +280,8 @@ class GivenVocab:
 
     def stamp(self) -> dict:
         """Step parameters: the files' content, so an edited file rebuilds."""
-        return {"spm": _sha256(self.spm_model), "src_dict": _sha256(self.src_dict),
-                "tgt_dict": _sha256(self.tgt_dict)}
+        return {"spm": file_sha256(self.spm_model), "src_dict": file_sha256(self.src_dict),
+                "tgt_dict": file_sha256(self.tgt_dict)}
 
 
 def vocab_note(vocab: GivenVocab | None, vocab_size: int) -> str:
@@ -306,8 +296,6 @@ def vocab_note(vocab: GivenVocab | None, vocab_size: int) -> str:
             "fairseq-preprocess --srcdict.")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:

@@ -22,8 +22,9 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TextIO
+from typing import Callable, Iterable, Iterator, List, Optional, TextIO
 
+from nmt_specdec import logs
 from nmt_specdec.errors import UserError
 from nmt_specdec.logs import CurrentStderrHandler
 
@@ -61,6 +62,18 @@ def report_user_errors(work: Callable[[], object]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def run_command(parser: argparse.ArgumentParser, work: Callable[[dict], object],
+                argv: Optional[List[str]] = None) -> int:
+    """A workflow command's ``main``: parse ``argv``, set logging up (quiet unless
+    ``--verbose``, before fairseq's import configures it; recipe progress lines
+    on), then ``work(flags)`` with the flags as a dict, a user mistake printed
+    as one line. Returns the exit status."""
+    args = vars(parser.parse_args(argv))
+    logs.setup(args.pop("verbose"))
+    setup_logging()
+    return report_user_errors(lambda: work(args))
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The Spec-Verify engine: one decoding loop for greedy (K=0) and SpecDec.
+"""The Spec-Verify engine: greedy (K=0) and SpecDec, its loops and what they share.
 
 fairseq's incremental decoder scores one token per call through per-layer
 dictionaries that grow by ``torch.cat``; speculative decoding needs several new
@@ -12,7 +12,8 @@ same weights directly. Everything at this level is shared by every backend:
   :mod:`.steps`: the steps both take (start, K, draft, scores, end of a turn),
   and what the generator hands them;
 - :mod:`.options`: K, beta, tau and fairseq's length rules; :mod:`.k_policy`:
-  ``--spec-k N`` or ``auto``;
+  ``--spec-k N`` or ``auto``; :mod:`.generation_config`: what the engine does
+  with each of fairseq's generation options (honoured or refused);
 - :mod:`.acceptance` (Xia et al.'s Eq. 4 and the commit) and :mod:`.scoring`
   (scores from logits where they are used): pure tensor functions;
 - :mod:`.cache`: the pre-allocated self-attention cache; roll-back moves each

@@ -39,8 +39,7 @@ from nmt_specdec.data.steps import (
     RecipeError,
     StepChain,
     atomic_text,
-    report_user_errors,
-    setup_logging,
+    run_command,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -314,10 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: List[str] | None = None) -> int:
-    args = vars(build_parser().parse_args(argv))
-    logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
-    setup_logging()
-    return report_user_errors(lambda: _print(run(AddHeadConfig(**args))))
+    return run_command(build_parser(), lambda args: _print(run(AddHeadConfig(**args))), argv)
 
 
 def _print(report: Dict) -> None:

@@ -31,8 +31,7 @@ from nmt_specdec.data.steps import (
     OneLineParser,
     RecipeError,
     atomic_text,
-    report_user_errors,
-    setup_logging,
+    run_command,
 )
 
 # (B,) token-id lists in, one hypothesis (ids, EOS excluded) per sentence out.
@@ -346,10 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags and run; user mistakes exit 2 with one line."""
-    args = vars(build_parser().parse_args(argv))
-    logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
-    setup_logging()
-    return report_user_errors(lambda: run(DistillConfig(**args)))
+    return run_command(build_parser(), lambda args: run(DistillConfig(**args)), argv)
 
 
 if __name__ == "__main__":  # python -m nmt_specdec.workflows.distill, as the console script

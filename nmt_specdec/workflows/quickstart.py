@@ -47,8 +47,7 @@ from nmt_specdec import logs
 from nmt_specdec.data.steps import (
     OneLineParser,
     RecipeError,
-    report_user_errors,
-    setup_logging,
+    run_command,
 )
 from nmt_specdec.workflows import quickstart_pretrained, quickstart_train
 from nmt_specdec.workflows.quickstart_train import CORPORA
@@ -171,10 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags and run; user mistakes exit 2 with one line."""
-    args = vars(build_parser().parse_args(argv))
-    logs.setup(args.pop("verbose"))  # before fairseq's import configures logging
-    setup_logging()
-    return report_user_errors(lambda: run(QuickstartConfig(**args)))
+    return run_command(build_parser(), lambda args: run(QuickstartConfig(**args)), argv)
 
 
 def run(cfg: QuickstartConfig) -> dict:

@@ -25,7 +25,8 @@ from fairseq.dataclass.configs import GenerationConfig
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP, logit_gaps
-from nmt_specdec.shipping import save_compact, sha256
+from nmt_specdec.hashing import file_sha256 as sha256
+from nmt_specdec.shipping import save_compact
 from nmt_specdec.workflows import quickstart, quickstart_pretrained
 from nmt_specdec.workflows.quickstart_pretrained import EXAMPLES, translate_examples
 from tests.helpers.shipped_model import (

@@ -44,6 +44,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
 from nmt_specdec.errors import UserError
+from nmt_specdec.hashing import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +66,6 @@ def weights_sha256(model: nn.Module) -> str:
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b"")
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()
 
 
