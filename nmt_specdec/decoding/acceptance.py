@@ -101,8 +101,8 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
 
 def argmax_last(scores: Tensor) -> Tensor:
     """``scores.argmax(dim=-1)`` (the first index among ties), through numpy for
-    float32 scores on the CPU: torch's CPU argmax took 148 us over (32, 1, 8168)
-    scores, numpy's 13 (AMD EPYC family 26), ~5% of a batch-32 greedy step."""
+    float32 scores on the CPU, where numpy's argmax is an order of magnitude
+    faster than torch's over a batch's scores."""
     if scores.device.type == "cpu" and scores.dtype == torch.float32 \
             and not scores.requires_grad:
         return torch.from_numpy(scores.numpy().argmax(-1))

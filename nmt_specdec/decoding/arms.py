@@ -20,9 +20,8 @@ class BatchArms:
     A bucket's first batch decodes greedily (the safe arm), its second drafts,
     its third is greedy again, and the two greedy batches weigh alike: batches
     come sorted by length, and greedy's rate then brackets the drafting batch's
-    sentences, not only the shorter ones before it (one run, ONNX Runtime,
-    batch 32: 4,700 tokens/s for the first greedy batch, warm-up included,
-    4,400 for drafting at 0.68x greedy, 6,100 for the third). Then the faster
+    sentences, not only the shorter ones before it (the first greedy batch also
+    pays the warm-up). Then the faster
     arm runs, and the other runs again (a re-check: costs and acceptance drift
     with sentence length) after ``retry_every`` batches of that bucket. A
     re-check that leaves the winner standing doubles the wait, one that changes
@@ -84,8 +83,7 @@ class SentenceArms:
     still the best doubles the wait, without a cap; one that finds drafting
     better goes back to drafting sentences. With 16 the re-checks come 16, 32,
     64, ... greedy sentences apart: 4 in 500 sentences, 8 in 5000, each costing
-    a sentence at a losing K (at 0.76x greedy, K=1..3 at batch 1 on ONNX Runtime
-    on a 2-core CPU: ~0.3% of 500 sentences, < 0.1% of 5000).
+    a sentence at a losing K.
 
     Args:
         first_wait: greedy sentences before the first re-check.

@@ -26,9 +26,8 @@ class StaticKVCache:
             a batch may need).
         like: a tensor whose dtype and device the cache takes.
         grow_by: allocate slots in chunks of this many as passes need them
-            (a backend whose graph attends over the whole buffer: at batch 32 an
-            ONNX Runtime verify step over 72 slots took 5.3 ms, over 16 slots
-            3.3 ms); 0: all ``slots`` at once.
+            (a backend whose graph attends over the whole buffer pays for every
+            slot); 0: all ``slots`` at once.
         spare: the first buffers of a finished batch's cache, taken over (zeroed)
             where they have this cache's first shape (see :meth:`first_buffers`).
     """
@@ -130,7 +129,7 @@ class StaticKVCache:
         if self._uniform_start is not None:
             start = self._uniform_start
             new = self._host_new(keys, values)
-            if new is not None:  # through numpy: ~1 us a write where a tensor's takes ~2
+            if new is not None:  # through numpy: half a tensor write's dispatch
                 key, value = self._host()
                 key[:, :, :, start:used] = new[0]
                 value[:, :, :, start:used] = new[1]

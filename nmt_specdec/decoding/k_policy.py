@@ -14,41 +14,31 @@ or large batches on a compute-bound CPU.
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
   fastest of the last few iterations at that K. Every K up to the limit is
   measured before any is compared (four iterations each; the first pays for
-  first use and is not trusted): extrapolating an untried K from a measured one
-  let one slow early K=1 price K=2..4 out for good, and at batch 1 on ONNX
-  Runtime auto then decoded greedily (1.10x greedy where K=2 ran 1.20x). Only
-  in a batch of several rows, once two drafting K in a row lose to greedy, each
-  by more than the one before, are the larger K left unmeasured (retries still
-  try them).
+  first use and is not trusted): an untried K is never priced from another.
+  Only in a batch of several rows, once two drafting K in a row lose to
+  greedy, each by more than the one before, are the larger K left unmeasured
+  (retries still try them).
 - Retries: after ``retry_every`` iterations of a bucket the K measured longest
   ago runs once more, so neither a noisy measurement nor acceptance learned
   early locks a K out. A retry that leaves the best K as it was doubles the
   wait for the next (up to ``max_retry_every``); one that changes it starts
-  again. A fixed retry every 40 iterations cost int8 auto ~2.5% at a K twice
-  as slow as greedy; at the cap < 0.2%, and only drafting batches retry.
+  again; only drafting batches retry.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
   decided per batch, from the tokens per second whole batches committed with
-  and without drafting. A per-iteration cost model misses what drafting costs
-  later: ragged rows make every later pass (K=0 too) pay for per-row cache
-  writes and masks (at batch 32 on a 2-core CPU: 0.71x greedy).
+  and without drafting: a per-iteration cost model misses what drafting costs
+  later (ragged rows make every later pass, K=0 too, pay for per-row cache
+  writes and masks).
 - One row (:class:`SentenceArms`): whether to draft is decided per sentence.
   Drafting sentences choose K per iteration as above; once every K is measured
   and K=0 is the best, sentences decode as greedy batches, with rarer and rarer
-  re-checks. A sentence that may draft costs more than its iterations: the draft
-  head's encoder keys/values, a cache wider by K slots (a graph backend attends
-  over them, masked) and the choice itself: with all of them paid on every
-  sentence, auto ran 0.91x greedy at batch 1 on ONNX Runtime while drafting
-  nothing.
+  re-checks, since a sentence that may draft costs more than its iterations
+  (the draft head's encoder keys/values, a cache wider by K slots, the choice).
 - A greedy sentence or batch costs the policy one record per iteration
   (``choose`` returns 0, no counts are read back: ``wants_counts``): it times
-  its iterations as K=0's. So K=0's estimate stays current: with K=0 measured
-  only while exploring, one lucky early reading (the fastest of the first
-  sentences' iterations) stood for the whole run, and a re-check compared it
-  with drafting K measured hundreds of sentences later (the verifier's 8-bit
-  copy on a random Transformer-base: auto decoded greedily in most passes,
-  0.95x the speed of K=4). And the drafting batch of several rows drafts at
-  once (measuring K=0 there let noise keep drafting: int8 batch 32 read 0.936x
-  greedy, 0.984x since; docs/results.md).
+  its iterations as K=0's, so that K=0's estimate stays as current as the
+  drafting K it is compared with. The drafting batch of several rows drafts at
+  once. What each of these rules bought: docs/results.md, "What
+  ``--spec-k auto`` costs".
 
 Shapes: B active rows.
 """
@@ -91,9 +81,7 @@ class AcceptanceEstimate:
     Forgetting touches only the slots an iteration drafted: a slot not drafted
     keeps what was learned of it. Decaying every slot at every iteration let a
     run of K=2 iterations wear the counts of slots 3 and 4 down towards the
-    prior, so K=3 and 4 looked worse the longer they were not drafted (the
-    verifier's 8-bit copy on a random Transformer-base: auto drafted K=2 in half
-    of some passes, where K=2 ran 0.92x greedy and K=4 1.15x).
+    prior, so K=3 and 4 looked worse the longer they were not drafted.
 
     Args:
         slots: largest K.
@@ -139,13 +127,11 @@ class CostTable:
     ``window`` trusted iterations at that K.
 
     The first iteration at a new K is not trusted: it pays for first use (the
-    runtime plans memory for a new shape, buffers are bound: K=1 looked like 3
-    ms against 2.3). A K counts as measured after ``min_count`` trusted
-    iterations, and its estimate is the fastest of them: noise only ever adds
-    (page faults, neighbours, cold caches), so the minimum is the least biased
-    reading, and a K measured during warm-up is not priced out until it runs
-    again (with a median, greedy's warm-up steps made int8 auto draft for its
-    first ~300 iterations: 0.88x greedy; 0.91x with the minimum).
+    runtime plans memory for a new shape, buffers are bound). A K counts as
+    measured after ``min_count`` trusted iterations, and its estimate is the
+    fastest of them: noise only ever adds (page faults, neighbours, cold
+    caches), so the minimum is the least biased reading, and a K measured during
+    warm-up is not priced out until it runs again.
 
     Args:
         window: trusted iterations kept per (K, bucket).
@@ -265,12 +251,10 @@ class AutoK(KPolicy):
         rows, up to the first K >= 2 that commits fewer tokens per second than
         greedy and than K-1: a larger K verifies more positions for less and less
         acceptance, so it is not measured (only retried). Where a verified position
-        costs nearly a whole step (batch 32 on a CPU), measuring K=3 and 4 took most
-        of a batch at half greedy's speed. One row measures every K: its exploring
-        iterations are cheap, and its rates need not fall with K (the verifier's
-        8-bit copy on a random Transformer-base, AMD EPYC: early estimates put K=2
-        below K=1 below greedy, K=3 and 4 went unmeasured and auto decoded greedily,
-        where K=4 ran 1.04-1.08x greedy)."""
+        costs nearly a whole step (batch 32 on a CPU), measuring K=3 and 4 would take
+        much of a batch at a fraction of greedy's speed. One row measures every K:
+        its exploring iterations are cheap, and its rates need not fall with K (a
+        copy of the verifier drafts nearly as well at K=4 as at K=1)."""
         tokens = self.acceptance.expected_tokens()
         for k in range(1, len(costs)):
             if costs[k] is None:

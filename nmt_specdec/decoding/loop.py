@@ -143,7 +143,7 @@ class SpecDecGenerator(nn.Module):
         """fairseq's generator entry point: one n-best list (of one) per sentence."""
         if prefix_tokens is not None or constraints is not None:
             raise UserError("--spec-decoding does not support --prefix-size or constraints")
-        if self.model.training:  # eval() walks every module: ~1 ms a batch at batch 1
+        if self.model.training:  # eval() walks every module
             self.model.eval()
         device = model_device(self.model)
         with attention_kernels(device):
@@ -176,7 +176,7 @@ class SpecDecGenerator(nn.Module):
         parts = LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
                           verifier)
         batch = start_batch(parts, encoder_out, max_len, bos)
-        # Not through nn.Module.__setattr__ (~10 us a batch at batch 1: it looks the
+        # Not through nn.Module.__setattr__ (a cost at batch 1: it looks the
         # name up among parameters, buffers and submodules).
         self.__dict__["last_cache"] = batch.cache
         on_host = verifier.embed.device.type == "cpu" and self.rules.plain

@@ -1,14 +1,13 @@
 """One sentence on the CPU: the turn of :mod:`.loop`, deciding on the host.
 
-At batch 1 on a CPU, an iteration of the batched loop (SpecDec K=2 on ONNX
-Runtime) spent ~0.6 ms outside the runtime's ~1.5 ms: ~120 small tensor ops
-(acceptance, commit, the EOS cut, per-row writes and gathers) that exist to
-serve B rows at once, each a few microseconds of dispatch on tensors of a
-handful of elements. For one row the host keeps the committed tokens in a list
-and decides with Python ints. At beta = 1 it also decides on numpy views of the
-verifier's scores (:func:`host_accept`: a max, an argmax and a gather over the
-(N, V) block): acceptance, constraint and score reads of a K=2 C=2 tree
-iteration took ~230 us as tensor ops, ~130 us this way (in the loop).
+At batch 1 on a CPU, an iteration of the batched loop spends a large share of
+its time outside the runtime: ~120 small tensor ops (acceptance, commit, the
+EOS cut, per-row writes and gathers) that exist to serve B rows at once, each
+a few microseconds of dispatch on tensors of a handful of elements. For one row
+the host keeps the committed tokens in a list and decides with Python ints. At
+beta = 1 it also decides on numpy views of the verifier's scores
+(:func:`host_accept`: a max, an argmax and a gather over the (N, V) block)
+instead of tensor ops.
 
 What is not a host decision is the batched loop's own code: the start, K, the
 draft, the model calls, the constraints and the scores' certification are the
@@ -106,7 +105,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
 class RowBuffers:
     """The tensors a sentence's verify calls bind, and numpy views of what they
     return, kept from sentence to sentence: a graph runtime then keeps their
-    bindings (~3 us each a sentence saved), and no view is made again."""
+    bindings, and no view is made again."""
 
     def __init__(self) -> None:
         self.start = torch.zeros(1, dtype=torch.long)  # (1,) the verify call's first position
@@ -141,7 +140,7 @@ class _HostRow:
             tensor = self.rows.lengths.new_zeros(1, k + 1)
             kept = self.inputs[k + 1] = (tensor, tensor.numpy())
         tokens = kept[0]
-        kept[1][0, 0] = self.committed[-1]  # a numpy scalar write: ~0.3 us, a tensor's ~3
+        kept[1][0, 0] = self.committed[-1]  # a numpy scalar write: a tenth of a tensor's
         request = None
         if k > 0:
             anchor = (len(self.committed) - 1, self.committed[-1], self.final)
@@ -209,7 +208,7 @@ class _HostRow:
 
     def _host_view(self, tensor: Tensor) -> np.ndarray:
         """``tensor``'s numpy view, made once per buffer: a graph backend returns
-        the same view objects turn after turn (~1.5 us a view saved)."""
+        the same view objects turn after turn."""
         kept = self._views.get(id(tensor))
         if kept is None or kept[0] is not tensor:
             if len(self._views) > 16:  # a backend that returns new tensors each turn
@@ -232,7 +231,7 @@ class _HostRow:
         where = path[:count]
         # Committed tokens are never pad: where the call decided (raw scores), their
         # raw scores are the constrained ones.
-        if count == 1:  # numpy scalars (fancy indexing costs ~3 us more): the same float32
+        if count == 1:  # numpy scalars (fancy indexing costs more): the same float32
             self.scores.append(float(flat[where[0], new[0]] - lse[where[0]]))
             self.host_tokens[0, length] = new[0]
         else:

@@ -36,12 +36,11 @@ class WeightsWatch:
 
     A parameter updated in place changes its ``_version``, a replaced one its
     address, and a submodule added, removed or replaced changes its parent's
-    children. Reading all of that from every submodule's dictionaries cost ~90 us
-    a batch on the shipped model (155 modules, 183 parameters): 5% of a
-    sentence's time at batch 1 in int8, sampled. So a look first reads only what
+    children. Reading all of that from every submodule's dictionaries is a
+    visible share of a sentence's time at batch 1. So a look first reads only what
     a batch could have changed without assigning anything: each kept parameter's
     address and version, and the size of each children or parameter dictionary
-    that has entries to lose (``del``): ~18 us, in three C-level passes.
+    that has entries to lose (``del``), in three C-level passes.
     Assigning a parameter or a submodule anywhere (torch's global registration
     hooks count them) sends the next look through the whole walk.
     """

@@ -2,11 +2,10 @@
 
 Which cache slots each new input may attend to (``self_mask``) and where its keys
 and values go (``slot_index``) follow from the rows' starts, the number of new
-inputs and their ancestors alone. Computed inside the graph they took ~45 small
-ops: 13-15 us of a ~165 us 8-bit verify call over one position (AMD EPYC family
-26). Here they are a few numpy writes into buffers kept per shape, which the
-session then binds once: a chain at the same start in every row (a greedy step)
-copies a mask kept per start, ~1.5 us.
+inputs and their ancestors alone. Computed inside the graph they take ~45 small
+ops, a share of a verify call over one position. Here they are a few numpy
+writes into buffers kept per shape, which the session then binds once: a chain
+at the same start in every row (a greedy step) copies a mask kept per start.
 
 Two layouts, as :class:`~.graphs.VerifyGraph` attends:
 
@@ -60,8 +59,8 @@ class AttentionInputs:
         kept = self._kept(batch, new, slots)
         first = start.numpy()
         if uniform and (chain or not self.same_bits):
-            # Every row the same: one kept table per start, copied (~1.4 us a call
-            # where building the mask took ~3.4, on the greedy step of one sentence).
+            # Every row the same: one kept table per start, copied (cheaper than
+            # building the mask, on the greedy step of one sentence).
             at = int(first[0])
             if self.same_bits:
                 np.add(kept.steps, at, out=kept.slot_column)

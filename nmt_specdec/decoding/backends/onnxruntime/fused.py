@@ -19,7 +19,7 @@ more than the draft call it saved). The output never depends on which way a
 draft came (beta = 1 is exact whatever the drafts).
 
 The walk reads the raw logits: adding the pad constraint as a bias over the
-(N, V) block cost ~40 us, so instead a decision in which pad is some row's
+(N, V) block costs a pass over it, so instead a decision in which pad is some row's
 argmax or a draft is unusable (flagged as a tie) and the loop decides.
 
 Shapes: B rows, N verified inputs, K draft slots, C' candidates per slot,

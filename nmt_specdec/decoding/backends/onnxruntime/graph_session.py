@@ -16,9 +16,8 @@ from torch import Tensor
 
 # Runtime fusions the sessions leave out. MatMulIntegerToFloat: wrong for the
 # encoder's per-row 8-bit products (see GraphSession). SkipLayerNormalization:
-# slower than the Add and LayerNormalization it replaces (the 8-bit encoder over
-# 12 source rows took 370 us with its 6 fusions, 315 without; onnxruntime 1.32,
-# AMD EPYC).
+# slower than the Add and LayerNormalization it replaces (measured on the 8-bit
+# encoder, onnxruntime 1.32).
 DISABLED_FUSIONS = ["MatMulIntegerToFloatFusion", "SkipLayerNormFusion"]
 # A graph quantized with one activation scale per product (quantize.quantize_sentence)
 # is what MatMulIntegerToFloat computes: there the fusion is right.
@@ -35,8 +34,8 @@ class GraphSession:
     One ``IOBinding`` is kept; a name is re-bound only when its tensor's address,
     shape or type changed since the last call (the cache, the encoder memory and
     the output buffers stay put for a whole batch, so a warm step re-binds only
-    the few inputs that move, ~5 us saved per binding), and a tensor that is the
-    very object bound last call is not looked at (a few us each, ~20 a verify call).
+    the few inputs that move), and a tensor that is the very object bound last
+    call is not looked at (a verify call has ~20).
     Buffers passed here are never resized in place. Binding goes
     through the pybind object directly when this onnxruntime has it (the public
     wrapper builds an ``OrtDevice`` per bound tensor, a few microseconds each,

@@ -103,9 +103,8 @@ class Rows:
 
     On rows every linear layer is a 2-D product, which the runtime fuses with its
     bias into one ``Gemm`` (and with a ReLU after it); 3-D, each bias was an
-    ``Add`` node of its own. Whole greedy passes at batch 32 took 0.95-0.97x the
-    time in fp32, 0.97x in 8 bits (encoder calls; 8-bit products do not fuse),
-    no change beyond noise at batch 1 (AMD EPYC, one process, alternating).
+    ``Add`` node of its own (8-bit products do not fuse; what it saves:
+    docs/results.md).
     Splitting rows into heads needs (B, N): they are read once per graph
     (``Shape``, ``Slice``), and each head count's shape is built once (``Concat``)."""
 
@@ -220,9 +219,9 @@ class VerifyGraph(nn.Module):
     ``same_bits`` only), ``past_key_i``/``past_value_i`` (B, H, T, D),
     ``cross_key_i``/``cross_value_i`` (B, H, S, D).
     Outputs: ``logits`` (B, N, V), ``normaliser`` (B, N) their ``logsumexp``
-    (fairseq's scores are log-probabilities: computed in the graph it costs
-    ~12 us, in torch after the call ~60 us an iteration on logits that had just
-    left the runtime), ``hidden`` (B, N, C), ``new_keys`` and ``new_values``
+    (fairseq's scores are log-probabilities: in the graph it is cheaper than in
+    torch after the call, on logits that have just left the runtime),
+    ``hidden`` (B, N, C), ``new_keys`` and ``new_values``
     (L, B, H, N, D); with ``certified``, ``bound`` (B, N) too: the logits come
     from the 8-bit projection of :mod:`.projection`, exact only above ``bound``.
     ``same_bits``: a position scores the same bits in a pass over any number of
@@ -276,7 +275,7 @@ class VerifyGraph(nn.Module):
             logits, bound = torch.matmul(x, lean.output_t), None  # (B, N, V)
         else:
             logits, bound = self.projection(x)
-        # Spelled out: ONNX Runtime's ReduceLogSumExp took 110 us here, these 12 us.
+        # Spelled out: ONNX Runtime's ReduceLogSumExp is several times slower here.
         best = logits.amax(dim=-1, keepdim=True)
         lse = (best + (logits - best).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
         # (L*B, H, N, D): the memory of (L, B, H, N, D) without L Unsqueeze ops.

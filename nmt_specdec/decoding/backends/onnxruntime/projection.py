@@ -1,8 +1,8 @@
 """The verifier's output projection in 8 bits, with its argmax certified in fp32.
 
 At batch 1 the output projection (C x V fp32 weights, 8.4 MB for the shipped
-model) is a third of a verify call and bound by memory: 0.32 ms on every
-runtime we measured. In 8 bits it reads a quarter of the bytes (~0.1 ms), but
+model) is a third of a verify call and bound by memory on every runtime we
+measured. In 8 bits it reads a quarter of the bytes, but
 its logits are off by up to a few hundredths, and beta = 1 must reproduce the
 fp32 verifier's greedy output. So the graph computes:
 

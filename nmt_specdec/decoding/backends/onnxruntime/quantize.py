@@ -34,18 +34,16 @@ EPYC family 26; fewer block scales per product): 25 of 500 outputs change, BLEU
 
 The encoder (:func:`quantize_rows`) multiplies many rows at once (every source
 position of every sentence), where ``MatMulNBits`` is no faster than fp32 (it
-quantizes and multiplies row by row): measured on an AMD EPYC, 12 rows of a
-256 x 1024 product took 26 us in fp32 and 27 with ``MatMulNBits``. There each
-row is quantized by graph ops (symmetric, its own scale, shifted to uint8 for
-the runtime's u8 x s8 integer GEMM, 18 us; signed x signed has no fast kernel
-here, 318 us) and the weights per output column. Still one scale per row: a
+quantizes and multiplies row by row). There each row is quantized by graph ops
+(symmetric, its own scale, shifted to uint8 for the runtime's u8 x s8 integer
+GEMM; signed x signed has no fast kernel) and the weights per output column. Still one scale per row: a
 sentence's encoding does not depend on the others of its batch.
 
 A batch of one sentence has an encoder of its own (:func:`quantize_sentence`):
 its input is that sentence alone, so one activation scale per product, over all
 its rows, still depends on nothing else, and the runtime fuses the quantization
-and the product into one kernel. 12 source tokens took 222 us against 318 row by
-row, 25 took 375 against 541 (AMD EPYC family 26; 285 -> 116 nodes).
+and the product into one kernel (fewer than half the nodes; the timings:
+docs/results.md).
 
 Before quantizing, constant weights become initializers and ``Gemm`` nodes
 (how the exporter writes ``addmm``) become ``MatMul`` + ``Add``: the quantizer
@@ -92,7 +90,7 @@ def quantize_graph(path: Path, only_under: Optional[str] = None) -> None:
 def fold_biases(model) -> int:
     """Moves each constant bias ``Add`` after a ``MatMulNBits`` into the op's own
     bias input (the quantizer leaves them apart): the same sums, one node fewer
-    each (18 in the shipped model's verify graph, ~2 us of a ~160 us call).
+    each (18 in the shipped model's verify graph).
     Returns how many were folded."""
     graph = model.graph
     vectors = {t.name: t.dims[0] for t in graph.initializer if len(t.dims) == 1}

@@ -141,9 +141,8 @@ class OrtVerifier(VerifierCalls):
         b = self.backend
         # The graph attends over (and copies) the whole buffer, so it grows as the
         # rows do. At batch 1 too: allocated at once, a sentence's buffer is as wide
-        # as its length limit (202 slots by default, for ~10 tokens): the 8-bit
-        # greedy ran 1.16x faster growing it, fp32 1.10x, the same output 500/500
-        # (AMD EPYC family 26, 500 gettext sentences; chunks of 8 or 32: the same).
+        # as its length limit (202 slots by default, for ~10 tokens), and growing it
+        # is faster with the same output (docs/results.md).
         # One sentence after another takes over the last one's first buffers (the
         # loop is done with it): the graph's cache inputs stay bound as they are.
         cache = StaticKVCache(b.layers, batch, b.heads, slots, b.dim // b.heads, like=self.embed,
@@ -159,10 +158,9 @@ class OrtVerifier(VerifierCalls):
 
     def _batch_graph(self) -> Optional[GraphSession]:
         """The verifier with per-row 8-bit integer products: with ``--int8`` every
-        product, from 8 rows on ~15-30% faster than ``MatMulNBits``, ~20% slower
-        for one row; in fp32 the certified output projection alone (its decisions
-        are fp32's either way), 0.52x ``MatMulNBits``' time at 13 rows and 0.48x
-        at 32 (shipped model's 256 x 8168 product, AMD EPYC)."""
+        product, faster than ``MatMulNBits`` from 8 rows on, slower for one row; in
+        fp32 the certified output projection alone (its decisions are fp32's either
+        way), about half ``MatMulNBits``' time at 13 to 32 rows."""
         if self._rows is not None:
             self._rows_session, self._rows = self._rows(), None
         return self._rows_session
@@ -182,8 +180,7 @@ class OrtVerifier(VerifierCalls):
                 and repeat.buffers[1] is cache.value and repeat.self_mask is self_inputs[0]
                 and repeat.session.bindings == repeat.bindings and not self._fused_turn(new)):
             # The very tensors of the last call, bound as they are (a greedy step of
-            # one sentence): run it again. The Python around the runtime took ~23 us
-            # of a ~160 us 8-bit call.
+            # one sentence): run it again, without the Python around the runtime.
             repeat.session.run_bound()
             verified, (keys, values) = repeat.verified, repeat.new_kv
         else:
@@ -263,14 +260,12 @@ class OrtBackend(Backend):
             verifier (the default; ignored with ``int8``; with ``fused_draft``
             also the draft head inside the fused graph).
             Drafts are proposals: the fp32 verifier decides every token, so the
-            output is unchanged, and the draft call is ~40% cheaper (0.43 ->
-            0.27 ms on the shipped model). Measured on the 500 gettext test
-            sentences: tokens per iteration 1.725 -> 1.724 at K=2, 1.754 at K=4
-            both ways, the same output on 500/500.
+            output is unchanged, the draft call cheaper and its acceptance
+            the same (docs/results.md).
         certified: the fp32 verifier's output projection in 8 bits, its
             decisions certified in fp32 (the default; see :mod:`.projection`):
-            the same tokens, a verify call ~0.2 ms cheaper at batch 1, positional
-            scores within ~3e-3. Off: every logit in fp32.
+            the same tokens, a cheaper verify call at batch 1, positional scores
+            within ~3e-3. Off: every logit in fp32.
     """
 
     name = "onnxruntime"

@@ -6,12 +6,11 @@ the first guesses blind (the shipped head: 1.95 tokens per iteration at K=2,
 The verifier's own 8-bit copy guesses each token from the tokens before it, as
 the verifier does, so its drafts are accepted nearly as often as the oracle's
 (2.68 and 4.16 on the same sentences). It costs K 8-bit calls instead of one
-draft call: ~0.43 ms each on the ONNX Runtime CPU backend, against 0.73 ms for
-an fp32 verify call of one position, so a drafted token costs about what it
-saves (measured: 1.07x the engine's greedy at K=4, README "Drafting with the
-verifier's 8-bit copy"). It needs no draft head, so any fairseq transformer can
-draft with it. The fp32 verifier still decides every token, so beta = 1 output
-is the fp32 greedy output, as with any drafter.
+draft call, each a good part of an fp32 verify call of one position, so on a
+small model a drafted token costs about what it saves (docs/results.md,
+"Drafting with the verifier's 8-bit copy"). It needs no draft head, so any
+fairseq transformer can draft with it. The fp32 verifier still decides every
+token, so beta = 1 output is the fp32 greedy output, as with any drafter.
 
 The copy keeps its own self-attention cache and reads the fp32 encoder's keys
 and values (the same source memory the verifier reads; the 8-bit copy has no
@@ -105,7 +104,7 @@ class VerifierDrafter(Drafter):
 
     def _propose_one(self, request: DraftRequest) -> Tensor:
         """:meth:`propose` for one row, deciding with host ints: the calls
-        themselves are most of an 8-bit step (~0.4 ms), so what is around them
+        themselves are most of an 8-bit step, so what is around them
         must stay small."""
         length, k = request.anchor[0] + 1, request.num_slots
         committed = request.prefix[0].numpy()
