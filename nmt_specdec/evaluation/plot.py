@@ -64,6 +64,24 @@ def plot_bleu_vs_speedup(rows: List[dict], path: str) -> None:
     fig.savefig(path, dpi=120, bbox_inches="tight")
 
 
+def coinciding(points: List[tuple], within: float = 0.02) -> List[List[int]]:
+    """Indices of ``points`` grouped where they lie within ``within`` of the
+    plotted ranges of each other (one label each group), in first-index order."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    span_x = (max(xs) - min(xs)) or 1.0
+    span_y = (max(ys) - min(ys)) or 1.0
+    groups: List[List[int]] = []
+    for i, (x, y) in enumerate(points):
+        for group in groups:
+            gx, gy = points[group[0]]
+            if abs(x - gx) <= within * span_x and abs(y - gy) <= within * span_y:
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
 def _panel(ax, rows: List[dict], batch_size: int) -> None:
     points = [(row["speedup"], row["bleu"]) for row in rows]
     ordered = pareto_front(points)
@@ -86,17 +104,18 @@ def _panel(ax, rows: List[dict], batch_size: int) -> None:
         zorder=2,
         label="Pareto front",
     )
-    for i, (point, row) in enumerate(zip(points, rows)):
-        on_front = i in front
-        if on_front:
-            ax.scatter(*point, s=160, facecolors="none", edgecolors="black", zorder=4)
-        # A dozen decoders lie within 0.1 BLEU of each other, where their names
-        # overprinted one another: a point carries its number, the key its name.
+    for i in front:
+        ax.scatter(*points[i], s=160, facecolors="none", edgecolors="black", zorder=4)
+    # A dozen decoders lie within 0.1 BLEU of each other, where their names
+    # overprinted one another: a point carries its number, the key its name, and
+    # points that coincide share one label ("6,8"), set clear of the front's rings.
+    for group in coinciding(points):
+        on_front = any(i in front for i in group)
         ax.annotate(
-            str(i + 1),
-            point,
+            ",".join(str(i + 1) for i in group),
+            points[group[0]],
             textcoords="offset points",
-            xytext=(5, 4 - 9 * (i % 2)),
+            xytext=(8, 4),
             fontsize=8,
             color="black" if on_front else "dimgrey",
             fontweight="bold" if on_front else "normal",

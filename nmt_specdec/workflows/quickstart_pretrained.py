@@ -25,7 +25,7 @@ from typing import Dict, List
 
 from nmt_specdec.data import ding_recipe, gettext_recipe
 from nmt_specdec.data.steps import LOG, RecipeError, StepChain, atomic_text
-from nmt_specdec.workflows.quickstart_report import evaluate, results_table
+from nmt_specdec.workflows.quickstart_report import evaluate, results_table, shown
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "gettext-de-en-tiny"
@@ -139,14 +139,14 @@ def run(cfg) -> Dict:
               lambda: evaluate(eval_cfg))
     results = json.loads(results_json.read_text(encoding="utf-8"))
     results["examples"] = translate_examples(model_dir)
-    results["quickstart"] = {"mode": "pretrained", "model": _shown(model_dir),
+    results["quickstart"] = {"mode": "pretrained", "model": shown(model_dir.resolve()),
                              "card_summary": model_settings(model_dir).get("summary", ""),
                              "steps": dict(chain.status), "threads": 1,
                              "wall_seconds": time.monotonic() - start}
     with atomic_text(cfg.report_dir() / "report.md") as handle:
         handle.write(render_report(results))
     LOG.info("quickstart finished in %.1f min; report: %s",
-             results["quickstart"]["wall_seconds"] / 60, cfg.report_dir() / "report.md")
+             results["quickstart"]["wall_seconds"] / 60, shown(cfg.report_dir() / "report.md"))
     return results
 
 
@@ -161,7 +161,7 @@ def render_report(results: Dict) -> str:
         "",
         f"## Decoding (batch size 1, 1 thread)",
         "",
-        f"Test set: {test['description']}, first {test['sentences']} sentences. "
+        f"Test set: {shown(test['description'])}, first {test['sentences']} sentences. "
         "Speedups are medians over "
         f"{results['timing']['repeats']} repeats of the per-repeat time ratios (each repeat "
         "runs every decoder once, in a fresh random order; same process, same checkpoint).",
@@ -181,11 +181,3 @@ def render_report(results: Dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def _shown(model_dir: Path) -> str:
-    """The model directory relative to the checkout when it is inside it."""
-    try:
-        return str(model_dir.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(model_dir)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 def evaluate(eval_cfg) -> None:
     from nmt_specdec import checkpoints
@@ -12,15 +15,21 @@ def evaluate(eval_cfg) -> None:
 
 
 
-def fmt(value, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
+def fmt(value, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else format(value, spec) + unit
+
+
+def shown(text) -> str:
+    """``text`` with the working directory's absolute prefix dropped: paths as a
+    user in the checkout types them (``work/...``, not ``/home/.../work/...``)."""
+    return str(text).replace(str(Path.cwd().resolve()) + os.sep, "")
 
 
 
 def results_table(results: dict) -> list[str]:
     """The decoding rows as markdown lines, with a legend and the signatures."""
     lines = [
-        "| decoder | BLEU | chrF | wall s | sent/s | speedup vs beam 1 | vs engine greedy "
+        "| decoder | BLEU | chrF | wall s | sent/s | vs stock greedy | vs engine greedy "
         "| tokens/iteration | != greedy |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -28,7 +37,7 @@ def results_table(results: dict) -> list[str]:
         lines.append(
             f"| {row['name']} | {row['bleu']:.2f} | {row['chrf']:.2f} | "
             f"{row['wall_s_median']:.2f} | {row['sentences_per_s']:.1f} | "
-            f"{row['speedup']:.2f}x | {fmt(row.get('speedup_vs_k0'), '.2f')} | "
+            f"{row['speedup']:.2f}x | {fmt(row.get('speedup_vs_k0'), '.2f', 'x')} | "
             f"{fmt(row['mean_accepted_tokens'], '.2f')} | {row['differs_from_greedy']} |")
     return lines + [
         "",

@@ -15,7 +15,7 @@ from pathlib import Path
 from nmt_specdec.data import ding_recipe, gettext_recipe
 from nmt_specdec.data.steps import LOG, StepChain, atomic_text
 from nmt_specdec.workflows import train_recipe
-from nmt_specdec.workflows.quickstart_report import fmt, evaluate, results_table
+from nmt_specdec.workflows.quickstart_report import evaluate, fmt, results_table, shown
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Deviations from the recipe file for a minutes-long CPU budget: at 4096 tokens
@@ -116,7 +116,7 @@ def run(cfg) -> dict:
     with atomic_text(cfg.report_dir() / "report.md") as handle:
         handle.write(render_report(results, flags))
     LOG.info("quickstart finished in %.1f min; report: %s",
-             results["quickstart"]["wall_seconds"] / 60, cfg.report_dir() / "report.md")
+             results["quickstart"]["wall_seconds"] / 60, shown(cfg.report_dir() / "report.md"))
     return results
 
 
@@ -158,8 +158,8 @@ def render_report(results: dict, flags: list[str]) -> str:
         "",
         "## Decoding (batch size 1)",
         "",
-        f"Test set: {test['description']}, first {test['sentences']} sentences. "
-        "Speedup = stock beam 1 time / row time (median of "
+        f"Test set: {shown(test['description'])}, first {test['sentences']} sentences. "
+        "vs stock greedy = stock greedy's time / the row's time (median of "
         f"{results['timing']['repeats']} pass(es), same process and checkpoint).",
         "",
         *results_table(results),
