@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import warnings
 from typing import Iterator
@@ -102,8 +103,6 @@ def quiet_fairseq_generation() -> None:
     of fairseq-generate itself but its config dump (throughput: "Translated N
     sentences ..."), and none of the warnings fairseq's use of hydra and torch
     raises. ``LOGLEVEL=INFO`` (as fairseq reads it) shows everything again."""
-    import os
-
     if os.environ.get(FAIRSEQ_LOGLEVEL):
         return
     logging.getLogger().setLevel(logging.WARNING)

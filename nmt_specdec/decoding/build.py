@@ -24,10 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 from torch import nn
 
 from nmt_specdec.decoding.backends import make_backend
-from nmt_specdec.decoding.generation_config import (
-    refuse_impossible_lengths,
-    refuse_unsupported,
-)
+from nmt_specdec.decoding.generation_config import refuse_unsupported
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.loop import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
@@ -71,7 +68,7 @@ def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generati
     if options.spec_decoding or options.deterministic:
         refuse_unsupported(generation_args, options.deterministic, generator_arguments)
         check_decodable(model)
-    refuse_impossible_lengths(generation_args, _positions(model))
+    LengthRules.from_generation_args(generation_args, model).refuse_impossible()
     if options.spec_decoding:
         fast = _spec_generator(model, tgt_dict, options, generation_args)
     else:
@@ -127,11 +124,6 @@ def _largest_k(model: nn.Module, drafter: str) -> Optional[int]:
     if drafter == "verifier-int8":
         return VERIFIER_DRAFTER_K
     return model.draft_block_size if hasattr(model, "draft_head") else None
-
-
-def _positions(model: nn.Module) -> int:
-    positions = getattr(model, "max_decoder_positions", None)
-    return positions() if callable(positions) else 1024
 
 
 def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,

@@ -158,21 +158,3 @@ def refuse_unsupported(args: Any, deterministic: bool,
                 raise UserError(f"{flag(name)} is not supported with --deterministic "
                                 "(its fixed-shape replay applies the length, unk and pad "
                                 "rules only)")
-
-
-def refuse_impossible_lengths(args: Any, max_positions: int) -> None:
-    """Refuses ``--min-len`` above every output length the limits allow, as
-    fairseq's SequenceGenerator does (there at the first batch, with an assert).
-    A limit that grows with the source (``--max-len-a`` > 0, ``--match-source-len``)
-    is checked per batch (:meth:`~.options.LengthRules.max_lengths`)."""
-    if args.match_source_len or args.max_len_a != 0:
-        return
-    longest = min(int(args.max_len_b), max_positions - 1)
-    if args.min_len > longest:
-        raise UserError(too_short_message(args.min_len, longest))
-
-
-def too_short_message(min_len: int, max_len: int) -> str:
-    return (f"--min-len {min_len} is above the longest output allowed ({max_len}: "
-            "--max-len-a/--max-len-b, --match-source-len, the model's positions); "
-            "fairseq refuses it too")

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
-from nmt_specdec.decoding.generation_config import too_short_message
 from nmt_specdec.errors import UserError
 
 # --spec-drafter: the model's draft head, or the verifier's 8-bit copy.
@@ -266,18 +265,32 @@ class LengthRules:
         """
         if self.match_source_len:
             limits = [min(n, self.max_positions - 1) for n in source_lengths.tolist()]
-            longest = max(limits, default=self.min_len)
+            self._refuse_min_len_above(max(limits, default=self.min_len))
         else:
             if self.per_sentence:
                 widths = src_tokens.ne(pad).long().sum(dim=1).tolist()
             else:  # the batch's width: no tensor op
                 widths = [src_tokens.size(1)] * src_tokens.size(0)
-            limits = [min(int(self.max_len_a * w + self.max_len_b), self.max_positions - 1)
-                      for w in widths]
-            longest = min(limits, default=self.min_len)
-        if self.min_len > longest:
-            raise UserError(too_short_message(self.min_len, longest))
+            limits = [self._limit(w) for w in widths]
+            self._refuse_min_len_above(min(limits, default=self.min_len))
         return torch.tensor(limits, dtype=torch.long, device=src_tokens.device)
+
+    def refuse_impossible(self) -> None:
+        """Refuses, before any batch, ``min_len`` above every output length a fixed
+        limit allows (fairseq's SequenceGenerator asserts it at its first batch). A
+        limit that grows with the source (``max_len_a`` > 0, ``match_source_len``)
+        is checked per batch by :meth:`max_lengths`."""
+        if not self.match_source_len and self.max_len_a == 0:
+            self._refuse_min_len_above(self._limit(0))
+
+    def _limit(self, width: int) -> int:
+        return min(int(self.max_len_a * width + self.max_len_b), self.max_positions - 1)
+
+    def _refuse_min_len_above(self, longest: int) -> None:
+        if self.min_len > longest:
+            raise UserError(f"--min-len {self.min_len} is above the longest output allowed "
+                            f"({longest}: --max-len-a/--max-len-b, --match-source-len, the "
+                            "model's positions); fairseq refuses it too")
 
     def sentence_score(self, positional_scores: Tensor) -> Tensor:
         """The hypothesis score fairseq reports (and ranks by)."""
