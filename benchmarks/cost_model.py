@@ -161,7 +161,7 @@ def decode_costs(model, task, backend_name: str, sources: List[torch.Tensor], ba
     """Host ms per iteration (K=0: greedy) and tokens per iteration (the head's, and
     the oracle's from greedy's output lengths) of the checkpoint's real decodes."""
     from nmt_specdec.decoding.backends import make_backend
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
     from nmt_specdec.decoding.stats import SpecDecStats, oracle_tokens_per_iteration
     from nmt_specdec.evaluation.profiling import Profile, instrumented

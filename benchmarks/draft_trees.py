@@ -177,7 +177,7 @@ def simulate(model, task, sources: List[Tensor], trees: List[Tree], rules,
         "oracle_tokens_per_iteration"}]}``; the oracle is a drafter that always
         proposes the greedy tokens, at the same depth.
     """
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions
     from nmt_specdec.decoding.stats import oracle_tokens_per_iteration
 

@@ -38,7 +38,7 @@ from nmt_specdec.decoding.backends import (
     check_backend,
     make_backend,
 )
-from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.errors import UserError
 

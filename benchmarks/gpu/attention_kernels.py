@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.helpers
 
-import nmt_specdec.decoding.loop as loop
+import nmt_specdec.decoding.generator as generator_module
 from nmt_specdec.decoding.device import attention_kernels
 from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.shipped_model import (
@@ -71,10 +71,10 @@ def main() -> None:
                 for repeat in range(args.repeats):
                     order = list(kernels.items())
                     for label, choose in order if repeat % 2 == 0 else order[::-1]:
-                        loop.attention_kernels = choose
+                        generator_module.attention_kernels = choose
                         took, outputs[label] = timed(generator, cuda, task, sources, batch)
                         seconds[label].append(took)
-                loop.attention_kernels = attention_kernels
+                generator_module.attention_kernels = attention_kernels
                 a, b = seconds.values()
                 same = outputs["torch's choice"] == outputs["decoding's"]
                 print(f"| {str(dtype)[6:]} | {batch} | {name} | {a[0]:.3f}, {min(a):.3f} | "

@@ -5,17 +5,17 @@ dictionaries that grow by ``torch.cat``; speculative decoding needs several new
 positions per call and a cache that can roll back. This package drives the
 same weights directly. Everything at this level is shared by every backend:
 
-- :mod:`.loop`: draft -> verify -> accept -> commit -> bookkeep
-  (:class:`~.loop.SpecDecGenerator`, the generator fairseq gets);
-  :mod:`.single_row`: the same turn for one sentence on the CPU, deciding on
-  the host instead of with batched tensor ops (tested equal to it);
-  :mod:`.steps`: the steps both take (start, K, draft, scores, end of a turn),
-  and what the generator hands them;
+- :mod:`.generator`: :class:`~.generator.SpecDecGenerator`, the generator
+  fairseq gets: encode, length rules, then the batch's loop;
+- :mod:`.loops`: the loops (batched in tensor ops; one sentence or a greedy
+  batch deciding on the host), chosen per batch by :func:`~.loops.choose_loop`,
+  and the steps they share (:mod:`.loops.steps`);
+- :mod:`.decision`: what a turn decides (fairseq's constraints, Xia et al.'s
+  Eq. 4, the commit, tree acceptance, scores), each rule once with its torch
+  and host forms side by side;
 - :mod:`.options`: K, beta, tau and fairseq's length rules; :mod:`.k_policy`:
   ``--spec-k N`` or ``auto``; :mod:`.generation_config`: what the engine does
   with each of fairseq's generation options (honoured or refused);
-- :mod:`.acceptance` (Xia et al.'s Eq. 4 and the commit) and :mod:`.scoring`
-  (scores from logits where they are used): pure tensor functions;
 - :mod:`.cache`: the pre-allocated self-attention cache; roll-back moves each
   row's length, nothing is copied;
 - :mod:`.drafters`: the :class:`~.drafters.Drafter` interface the loop sees;

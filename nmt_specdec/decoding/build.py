@@ -26,7 +26,7 @@ from torch import nn
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.generation_config import refuse_unsupported
 from nmt_specdec.decoding.layout import check_decodable
-from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Tuple
 
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.acceptance import drafts_before_eos
+from nmt_specdec.decoding.decision.acceptance import drafts_before_eos
 
 
 def oracle_tokens_per_iteration(lengths: Iterable[int], k: int) -> float:
@@ -114,16 +114,33 @@ def tally_turns(k: Tensor, num_accepted: Tensor, counts: Tensor, finished: Tenso
     return values[:k_max], values[k_max: 2 * k_max], int(k.numel()), values[-1]
 
 
-def tally_host_turns(turns: List[Tuple[int, int, int, bool]],
-                     k_max: int) -> Tuple[List[int], List[int], int, int]:
-    """:func:`tally_turns` over host ints: one row's ``(K, accepted drafts,
-    committed tokens, finished)`` per turn (at batch 1 the tensor version's
-    dispatch is a visible share of a sentence)."""
+class Turn(NamedTuple):
+    """What one turn did, for the statistics: ints for one row on the host, (B,)
+    tensors of the active rows in the batched loop (K is an int in both).
+
+    Attributes:
+        k: draft slots K.
+        accepted: drafts accepted.
+        committed: tokens committed (cut after an EOS).
+        finished: whether an EOS was committed.
+    """
+
+    k: int
+    accepted: Any
+    committed: Any
+    finished: Any
+
+
+def tally_host_turns(turns: List[Turn], k_max: int) -> Tuple[List[int], List[int], int, int]:
+    """:func:`tally_turns` over one row's turns as host ints (at batch 1 the
+    tensor version's dispatch is a visible share of a sentence)."""
     drafted_per_slot, accepted_per_slot = [0] * k_max, [0] * k_max
-    for k, num_accepted, count, finished in turns:
-        drafted = min(count, k) if finished else k  # as drafts_before_eos
+    for turn in turns:
+        # as drafts_before_eos
+        drafted = min(turn.committed, turn.k) if turn.finished else turn.k
         for slot in range(drafted):
             drafted_per_slot[slot] += 1
-        for slot in range(min(num_accepted, count)):
+        for slot in range(min(turn.accepted, turn.committed)):
             accepted_per_slot[slot] += 1
-    return drafted_per_slot, accepted_per_slot, len(turns), sum(turn[2] for turn in turns)
+    return (drafted_per_slot, accepted_per_slot, len(turns),
+            sum(turn.committed for turn in turns))

@@ -71,7 +71,7 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     from fairseq.sequence_generator import SequenceGenerator
 
     from nmt_specdec import checkpoints
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     torch.set_num_threads(threads)

@@ -111,16 +111,18 @@ def assert_same_decoding(ours, theirs, model, task, sources) -> None:
 
 
 def shipped_generator(model, task, k: int = 0, candidates: int = 1, backend=None,
-                      options=None, **lengths):
+                      options=None, loop=None, **lengths):
     """The engine's generator for the shipped model with its length rules
     (``k`` 0: greedy; ``candidates`` > 1: draft trees; ``backend`` None: torch;
     ``options``: a whole ``DecodingOptions`` instead of ``k`` and ``candidates``;
+    ``loop``: the loop of every batch (None: the generator's choice);
     ``lengths``: ``min_len``, ``max_len_a`` or ``max_len_b`` instead of the model's)."""
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(GenerationConfig(**{
         "min_len": 1, "unkpen": 0.0, "lenpen": 1.0, "max_len_a": SETTINGS["max_len_a"],
         "max_len_b": SETTINGS["max_len_b"], **lengths}), model)
     options = options or DecodingOptions(k=k, candidates=candidates)
-    return SpecDecGenerator(model, task.target_dictionary, options, rules, backend=backend)
+    return SpecDecGenerator(model, task.target_dictionary, options, rules, backend=backend,
+                            loop=loop)

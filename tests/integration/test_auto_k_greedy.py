@@ -9,7 +9,8 @@ import pytest
 from fairseq.dataclass.configs import GenerationConfig
 
 from nmt_specdec.decoding.k_policy import AutoK
-from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.specdec_toy import random_specdec_model, source_batch
 
@@ -20,21 +21,26 @@ def toy(tmp_path_factory):
     return model, task.target_dictionary
 
 
-def _generator(model, dictionary, k: int, auto: bool) -> SpecDecGenerator:
+def _generator(model, dictionary, k: int, auto: bool, loop, caches) -> SpecDecGenerator:
+    """The generator whose every batch runs ``loop``, its cache appended to ``caches``."""
     args = GenerationConfig(beam=1, max_len_a=0.0, max_len_b=12, min_len=1, lenpen=1.0,
                               unkpen=0.0)
+    def run(parts, batch):
+        caches.append(batch.cache)
+        return loop(parts, batch)
     return SpecDecGenerator.from_generation_args(
-        model, dictionary, DecodingOptions(k=k, auto_k=auto), args)
+        model, dictionary, DecodingOptions(k=k, auto_k=auto), args, loop=run)
 
 
-@pytest.mark.parametrize("single_row", [True, False], ids=["single_row", "batched_loop"])
-def test_greedy_sentences_take_the_greedy_path(toy, single_row):
+@pytest.mark.parametrize("loop", [decode_single_row, decode_rows],
+                         ids=["single_row", "batched_loop"])
+def test_greedy_sentences_take_the_greedy_path(toy, loop):
     model, dictionary = toy
-    greedy = _generator(model, dictionary, 0, False)
-    auto = _generator(model, dictionary, 4, True)
+    greedy_caches, auto_caches = [], []
+    greedy = _generator(model, dictionary, 0, False, loop, greedy_caches)
+    auto = _generator(model, dictionary, 4, True, loop, auto_caches)
     # Each drafted token costs a whole step: K=0 wins once the first sentence measured.
     auto.k_policy = AutoK(4, cost=lambda k, batch: 1.0 + k)
-    auto.single_row = greedy.single_row = single_row
     drafter_calls, observed = [], []
     start = auto.drafter.start_batch
     auto.drafter.start_batch = lambda *args: drafter_calls.append(1) or start(*args)
@@ -48,7 +54,7 @@ def test_greedy_sentences_take_the_greedy_path(toy, single_row):
         assert auto.k_policy.may_draft is (sentence == 0), sentence
         if sentence:  # greedy: no draft state, no cache slots for drafts, nothing to count
             assert not drafter_calls and observed and not any(observed)
-            assert auto.last_cache.max_slots == greedy.last_cache.max_slots
+            assert auto_caches[-1].max_slots == greedy_caches[-1].max_slots
         else:  # the measuring sentence drafts (K=0 chosen, but it may draft)
-            assert drafter_calls and auto.last_cache.max_slots > greedy.last_cache.max_slots
+            assert drafter_calls and auto_caches[-1].max_slots > greedy_caches[-1].max_slots
     assert auto.stats.k_chosen.keys() == {0}

@@ -43,7 +43,7 @@ def shipped(onnx_cache):
 
 def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: float = 0.0):
     """(tokens, positional scores) per sentence, in input order."""
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
@@ -56,7 +56,7 @@ def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: floa
 def _teacher_forced_calls(model, task, sources, backend):
     """Verify calls over each sentence's greedy output, 4 positions at a time:
     [(certified logits, bound, hidden)] on real decoder states."""
-    from nmt_specdec.decoding.loop import SpecDecGenerator  # noqa: F401  (registration)
+    from nmt_specdec.decoding.generator import SpecDecGenerator  # noqa: F401  (registration
 
     greedy = _decode(model, task, sources[:12], backend, 0, 1)
     calls = []

@@ -105,7 +105,7 @@ def test_onnxruntime_tree_equals_the_torch_tree(shipped, onnx_cache):
 def test_relaxed_tree_decodes_every_sentence(shipped):
     # beta > 1 takes the other branch of the criterion (top-beta and tau, -inf guard).
     model, task, sources = shipped
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(GenerationConfig(

@@ -16,7 +16,7 @@ from tests.helpers.shipped_model import SETTINGS, hand_written_sources, load_mod
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_chain_replay_equals_engine_iterations(k):
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
     from benchmarks.draft_trees import greedy_token_ranks, parse_tree, replay
 

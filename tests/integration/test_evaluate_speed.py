@@ -395,7 +395,7 @@ def test_each_repeat_runs_the_passes_in_a_fresh_recorded_order(binarized_results
 
 
 def test_auto_k_starts_every_pass_from_its_initial_state(toy: dict, monkeypatch) -> None:
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
 
     resets = []
     original = SpecDecGenerator.reset_k_policy

@@ -142,7 +142,7 @@ def engine_hypotheses(task, model, config, sample, engine: str, reference) -> Li
     fields, _, oracle = ENGINES[engine]
     options = DecodingOptions(spec_decoding=True, **fields)
     if oracle:
-        from nmt_specdec.decoding.loop import SpecDecGenerator
+        from nmt_specdec.decoding.generator import SpecDecGenerator
 
         drafter = OracleDrafter([h["tokens"] for h in reference], task.target_dictionary.pad())
         generator = SpecDecGenerator.from_generation_args(

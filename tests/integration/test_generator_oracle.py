@@ -19,7 +19,7 @@ from fairseq.dataclass.configs import GenerationConfig
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.stats import oracle_tokens_per_iteration
 from tests.helpers.specdec_toy import (

@@ -1,5 +1,5 @@
-"""Greedy batches decided on the host (:mod:`nmt_specdec.decoding.greedy_rows`)
-equal the batched loop's shared tensor path.
+"""Greedy batches decided on the host (:mod:`nmt_specdec.decoding.loops.greedy_rows`)
+equal the batched loop's tensor path.
 
 Same tokens, same scores (bit for bit), same iterations and statistics, on the
 shipped model's 40 hand-written sentences in batches of 8, on both backends (the
@@ -10,6 +10,8 @@ recompute in fp32.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
@@ -25,14 +27,20 @@ def shipped(onnx_cache):
     return model, task, hand_written_sources(task)
 
 
-def _decode(model, task, sources, backend, host: bool, monkeypatch, k: int = 0, **lengths):
-    from nmt_specdec.decoding import loop
+def _decode(model, task, sources, backend, host: bool, k: int = 0, **lengths):
+    """Decodes in batches of 8: ``host`` True, greedy turns decide on the host (K=0:
+    the greedy-rows loop; else the batched loop's host turn); False, the batched
+    loop's tensor path throughout."""
     from nmt_specdec.decoding.backends import make_backend
+    from nmt_specdec.decoding.loops import decode_greedy_rows, decode_rows
 
-    monkeypatch.setattr(loop, "HOST_GREEDY_TURNS", host)
+    if host:
+        loop = decode_greedy_rows if k == 0 else partial(decode_rows, greedy_on_host=True)
+    else:
+        loop = decode_rows
     kind, _, int8 = backend.partition("-")
     made = make_backend(kind, model, task.target_dictionary, **({"int8": True} if int8 else {}))
-    generator = shipped_generator(model, task, k, backend=made, **lengths)
+    generator = shipped_generator(model, task, k, backend=made, loop=loop, **lengths)
     return decode_all(generator, model, task, sources, 8, scores=True), generator.stats
 
 
@@ -49,10 +57,10 @@ def _assert_same(ours, theirs) -> None:
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime", "onnxruntime-int8"])
 @pytest.mark.parametrize("lengths", [{}, {"min_len": 6}, {"max_len_a": 0, "max_len_b": 4},
                                      {"unkpen": -20.0}])  # a reward: unk is chosen
-def test_host_turn_equals_the_tensor_path(shipped, monkeypatch, backend, lengths):
+def test_host_turn_equals_the_tensor_path(shipped, backend, lengths):
     model, task, sources = shipped
-    ours = _decode(model, task, sources, backend, True, monkeypatch, **lengths)
-    theirs = _decode(model, task, sources, backend, False, monkeypatch, **lengths)
+    ours = _decode(model, task, sources, backend, True, **lengths)
+    theirs = _decode(model, task, sources, backend, False, **lengths)
     _assert_same(ours, theirs)
     if "max_len_b" in lengths:  # most rows reached the limit: EOS forced there
         sizes = [len(tokens) for tokens, _ in ours[0]]
@@ -63,13 +71,13 @@ def test_host_turn_equals_the_tensor_path(shipped, monkeypatch, backend, lengths
 def test_greedy_turns_of_a_batch_that_may_draft(shipped, monkeypatch, backend):
     """A batch that may draft (K=2) but takes greedy turns (as --spec-k auto may):
     the batched loop's turn with its host decision equals the tensor path."""
-    from nmt_specdec.decoding import loop, steps
+    from nmt_specdec.decoding.loops import batched, steps
 
     model, task, sources = shipped
     plan = steps.plan_turn
-    monkeypatch.setattr(loop, "plan_turn", lambda *args: (0, plan(*args)[1]))
-    ours = _decode(model, task, sources, backend, True, monkeypatch, k=2, min_len=3)
-    theirs = _decode(model, task, sources, backend, False, monkeypatch, k=2, min_len=3)
+    monkeypatch.setattr(batched, "plan_turn", lambda *args: (0, plan(*args)[1]))
+    ours = _decode(model, task, sources, backend, True, k=2, min_len=3)
+    theirs = _decode(model, task, sources, backend, False, k=2, min_len=3)
     _assert_same(ours, theirs)
     assert ours[1].k_chosen == {0: ours[1].k_chosen[0]}  # greedy turns only
 
@@ -93,8 +101,8 @@ def test_host_turn_recomputes_uncertain_calls_in_fp32(shipped, monkeypatch):
 
     monkeypatch.setattr(OrtVerifier, "verify", uncertain)
     monkeypatch.setattr(OrtVerifier, "exact_logits", counted)
-    ours = _decode(model, task, sources[:16], "onnxruntime", True, monkeypatch)
+    ours = _decode(model, task, sources[:16], "onnxruntime", True)
     host_calls = len(calls)
-    theirs = _decode(model, task, sources[:16], "onnxruntime", False, monkeypatch)
+    theirs = _decode(model, task, sources[:16], "onnxruntime", False)
     _assert_same(ours, theirs)
     assert host_calls > 0 and len(calls) == 2 * host_calls  # every turn, both paths

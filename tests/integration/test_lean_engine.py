@@ -16,8 +16,8 @@ from fairseq.dataclass.configs import GenerationConfig
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from nmt_specdec.decoding import loop
-from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.loops import batched, decode_rows
+from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
@@ -87,21 +87,26 @@ def test_cache_keeps_exactly_the_committed_entries(toy, k, monkeypatch):
     sample = source_batch(dictionary, (4, 10, 7, 2), seed=5)
     references = stock_greedy(model, dictionary, sample)
     drafter = WrongDrafter(references, dictionary.pad(), dictionary.nspecial, len(dictionary))
+    caches = []
+
+    def run(parts, batch):  # the batched loop, its cache kept for the spy
+        caches.append(batch.cache)
+        return decode_rows(parts, batch)
     generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, DecodingOptions(k=k), generation_args(), drafter)
+        model, dictionary, DecodingOptions(k=k), generation_args(), drafter, loop=run)
     encoder_out = encode(model, sample)
     verifier = generator.lean_verifier()
     captured = {}
-    original = loop._collect
+    original = batched._collect
 
     def spy(stats, rows, done, lengths, index, iterations, finished):
         # Before rows leave: remember their cache (slots < committed inputs).
         for i in [i for i, flag in enumerate(done) if flag]:
             used = lengths[i] - 1
-            captured[index[i]] = (generator.last_cache.key[:, i, :, :used].clone(), used)
+            captured[index[i]] = (caches[-1].key[:, i, :, :used].clone(), used)
         return original(stats, rows, done, lengths, index, iterations, finished)
 
-    monkeypatch.setattr(loop, "_collect", spy)
+    monkeypatch.setattr(batched, "_collect", spy)
     max_len = generator.lengths.max_lengths(sample["net_input"]["src_tokens"], dictionary.pad())
     drafter.start_batch(sample, encoder_out)
     finished = generator.decode(verifier, encoder_out, max_len, dictionary.eos())

@@ -53,7 +53,7 @@ def backends(shipped):
 
 
 def _generator(model, task, k, backend=None):
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(

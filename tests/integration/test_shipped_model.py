@@ -189,7 +189,7 @@ def _length_args():
 def test_beta1_equals_fairseq_greedy_up_to_near_ties(model_and_task, test_sources, batch_size):
     from fairseq.sequence_generator import SequenceGenerator
 
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     model, task = model_and_task

@@ -1,7 +1,7 @@
-"""The single-row loop (:mod:`nmt_specdec.decoding.single_row`) equals the batched loop.
+"""The single-row loop (:mod:`nmt_specdec.decoding.loops.single_row`) equals the batched loop.
 
-At batch 1 on the CPU the engine decides on the host; the batched loop is the
-reference. Same tokens, same scores (bit for bit: the same float32 arithmetic),
+At batch 1 on the CPU the engine decides on the host; the batched loop's
+tensor path (:func:`~nmt_specdec.decoding.loops.decode_rows`) is the reference. Same tokens, same scores (bit for bit: the same float32 arithmetic),
 same iterations per sentence and the same statistics, on the shipped model's
 40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance, draft
 trees and --spec-k auto, on both backends; and at the length limits (EOS forbidden before
@@ -23,20 +23,26 @@ def shipped(onnx_cache):
     return model, task, hand_written_sources(task)
 
 
-def _generator(model, task, options, backend="torch", **lengths):
+def _generator(model, task, options, loop, backend="torch", **lengths):
     from nmt_specdec.decoding.backends import make_backend
 
-    return shipped_generator(model, task, options=options, **lengths,
+    return shipped_generator(model, task, options=options, loop=loop, **lengths,
                              backend=make_backend(backend, model, task.target_dictionary))
+
+
+def _loops():
+    """The single-row loop, then the reference."""
+    from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+
+    return decode_single_row, decode_rows
 
 
 def _decode_both(model, task, sources, **kwargs):
     """Hypotheses and stats of the single-row loop and of the batched loop, batch 1."""
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     results = []
-    for single_row in (True, False):
-        generator = _generator(model, task, **kwargs)
-        generator.single_row = single_row
+    for loop in _loops():
+        generator = _generator(model, task, loop=loop, **kwargs)
         hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
                 for i in range(len(sources))]
         results.append((hyps, generator.stats))
@@ -79,9 +85,8 @@ def test_auto_k_takes_the_same_turns(shipped):
     model, task, sources = shipped
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     outputs = []
-    for single_row in (True, False):
-        generator = _generator(model, task, DecodingOptions(k=4, auto_k=True))
-        generator.single_row = single_row
+    for loop in _loops():
+        generator = _generator(model, task, DecodingOptions(k=4, auto_k=True), loop)
         generator.k_policy = AutoK(4, cost=lambda k, batch: 1.0 + 0.3 * k)
         hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
                 for i in range(len(sources))]

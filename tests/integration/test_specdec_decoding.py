@@ -22,7 +22,7 @@ from fairseq.sequence_generator import SequenceGenerator
 import fairseq_plugins  # noqa: F401  (registers task and model in this process)
 from fairseq_plugins import generation_stats
 from fairseq_plugins.specdec_model import SpecDecTransformerModel
-from nmt_specdec.decoding.loop import SpecDecGenerator
+from nmt_specdec.decoding.generator import SpecDecGenerator
 from tests.helpers.fairseq_toy import hypotheses, run_cli
 from tests.helpers.specdec_toy import SPECDEC_TOY_K, SpecDecToy
 

@@ -44,9 +44,9 @@ def shipped(onnx_cache):
     return model, task, sources, backend, greedy
 
 
-def _drafting(model, task, backend, k: int = 3, auto: bool = False):
+def _drafting(model, task, backend, k: int = 3, auto: bool = False, loop=None):
     options = DecodingOptions(k=k, auto_k=auto, drafter="verifier-int8")
-    return shipped_generator(model, task, backend=backend, options=options)
+    return shipped_generator(model, task, backend=backend, options=options, loop=loop)
 
 
 @pytest.mark.parametrize("batch_size", [1, 8])
@@ -74,9 +74,11 @@ def test_auto_k_keeps_greedy_output(shipped):
 
 def test_single_row_loop_takes_the_batched_loops_iterations(shipped):
     model, task, sources, backend, _ = shipped
-    batched = _drafting(model, task, backend)
-    batched.single_row = False
-    assert_same_decoding(_drafting(model, task, backend), batched, model, task, sources[:20])
+    from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+
+    single_row = _drafting(model, task, backend, loop=decode_single_row)
+    batched = _drafting(model, task, backend, loop=decode_rows)
+    assert_same_decoding(single_row, batched, model, task, sources[:20])
 
 
 def test_refusals(shipped):
@@ -117,7 +119,7 @@ def test_translate_takes_a_stock_checkpoint_under_the_specdec_task(toy_data_bin,
     under ``translation_specdec`` (same settings and dictionaries), which builds the
     engine's generator for it."""
     from fairseq_plugins.specdec_task import TranslationSpecDecTask
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.translate import TranslateConfig, _build_generator, _load_model
 
     common = dict(checkpoint=str(tiny_transformer_ckpt), spm_model=__file__,

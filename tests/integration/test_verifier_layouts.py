@@ -170,7 +170,7 @@ def test_tolerance_catches_a_layout_mistake(workdir):
 
 @pytest.mark.parametrize("option", list(REFUSED), ids=list(REFUSED))
 def test_unimplemented_options_are_refused_at_build_time(workdir, option):
-    from nmt_specdec.decoding.loop import SpecDecGenerator
+    from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     task, model = build_model(workdir, REFUSED[option])

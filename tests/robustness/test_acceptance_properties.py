@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt_specdec.decoding.acceptance import accept_drafts
+from nmt_specdec.decoding.decision.acceptance import accept_drafts
 
 VALUES = (-math.inf, -9.0, -4.0, -2.5, -1.5, -1.0, -0.5, -0.25, 0.0)
 

@@ -13,12 +13,8 @@ import math
 import pytest
 import torch
 
-from nmt_specdec.decoding.acceptance import (
-    Acceptance,
-    accept_drafts,
-    commit_tokens,
-    constrain_lprobs,
-)
+from nmt_specdec.decoding.decision.acceptance import Acceptance, accept_drafts, commit_tokens
+from nmt_specdec.decoding.decision.constraints import Constraints, constrain_logits_
 
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 V = 10
@@ -291,21 +287,21 @@ def test_commit_eos_inside_accepted_drafts(batch, k):
 
 
 def constrain(lprobs, steps, max_len, min_len=1, unk_penalty=0.0):
-    return constrain_lprobs(lprobs, steps, max_len, pad=PAD, eos=EOS, unk=UNK,
-                            min_len=min_len, unk_penalty=unk_penalty)
+    """fairseq's rules on a copy of ``lprobs`` (in place on the copy)."""
+    return constrain_logits_(lprobs.clone(), steps, max_len,
+                             Constraints(PAD, EOS, UNK, min_len, unk_penalty))
 
 
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("n", [1, 4])
-def test_constrain_pad_forbidden_and_pure(batch, n):
+def test_constrain_pad_forbidden(batch, n):
     lprobs = torch.full((batch, n, V), -2.0)
     steps = torch.arange(n).repeat(batch, 1) + 5  # past min_len, before max_len
     out = constrain(lprobs, steps, torch.full((batch,), 100))
     assert (out[:, :, PAD] == -INF).all()
-    # Nothing else changes here; the input is not modified.
+    # Nothing else changes here.
     others = [t for t in range(V) if t != PAD]
     assert (out[:, :, others] == -2.0).all()
-    assert (lprobs == -2.0).all()
 
 
 def test_constrain_eos_forbidden_before_min_len():
@@ -331,18 +327,15 @@ def test_constrain_eos_forced_at_max_len():
     assert out[0, 2, EOS] == -2.0
 
 
-def test_constrain_nan_becomes_minus_inf_and_unk_penalty():
+def test_constrain_unk_penalty():
     lprobs = torch.full((1, 2, V), -2.0)
-    lprobs[0, 0, 5] = float("nan")
     out = constrain(lprobs, torch.tensor([[3, 4]]), torch.tensor([10]), unk_penalty=1.5)
-    assert out[0, 0, 5] == -INF
-    assert not torch.isnan(out).any()
     assert out[0, :, UNK].tolist() == [-3.5, -3.5]  # -2.0 - 1.5
-    assert torch.isnan(lprobs[0, 0, 5])  # input untouched
+    assert (out[0, :, 4:] == -2.0).all()
 
 
 def test_argmax_last_is_torch_argmax_ties_and_views_included():
-    from nmt_specdec.decoding.acceptance import argmax_last
+    from nmt_specdec.decoding.decision.acceptance import argmax_last
 
     torch.manual_seed(0)
     scores = torch.randn(5, 3, 40)

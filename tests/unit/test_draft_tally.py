@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from nmt_specdec.decoding.acceptance import Acceptance, commit_tokens, drafts_before_eos
-from nmt_specdec.decoding.loop import tally_trace
-from nmt_specdec.decoding.stats import SpecDecStats
+from nmt_specdec.decoding.decision.acceptance import Acceptance, commit_tokens, drafts_before_eos
+from nmt_specdec.decoding.loops.batched import tally_trace
+from nmt_specdec.decoding.stats import SpecDecStats, Turn
 
 EOS, PAD = 2, 1
 
@@ -39,8 +39,8 @@ def test_stats_of_a_batch_ending_in_accepted_eos():
     # Turn 2 (K=3): row 1 accepts 3 drafts [4, 4, 4] + bonus.
     c1 = _commit([[EOS, 5, 5], [4, 9, 9]], [3, 1], [5, 6])
     c2 = _commit([[4, 4, 4]], [3], [EOS])
-    trace = [(3, torch.tensor([3, 1]), c1.counts, c1.finished),
-             (3, torch.tensor([3]), c2.counts, c2.finished)]
+    trace = [Turn(3, torch.tensor([3, 1]), c1.counts, c1.finished),
+             Turn(3, torch.tensor([3]), c2.counts, c2.finished)]
     drafted, accepted, iterations, tokens = tally_trace(trace, 3)
     assert drafted == [3, 2, 2]  # row 0 turn 1 drafted slot 1 only (its EOS)
     assert accepted == [3, 1, 1]  # the old count (before the EOS cut) was [3, 2, 2]
@@ -54,7 +54,7 @@ def test_stats_of_a_batch_ending_in_accepted_eos():
 def test_k0_turns_count_no_slots():
     c = _commit(torch.zeros(2, 0, dtype=torch.long).tolist(), [0, 0], [EOS, 4])
     drafted, accepted, iterations, tokens = tally_trace(
-        [(0, torch.tensor([0, 0]), c.counts, c.finished)], 2)
+        [Turn(0, torch.tensor([0, 0]), c.counts, c.finished)], 2)
     assert drafted == [0, 0] and accepted == [0, 0] and (iterations, tokens) == (2, 2)
 
 
@@ -73,6 +73,6 @@ def test_the_host_tally_of_one_row_equals_the_tensor_tally():
             k = rng.randint(0, k_max)
             accepted = rng.randint(0, k)
             count = rng.randint(1, accepted + 1)  # cut after an EOS, or all + the correction
-            turns.append((k, accepted, count, count < accepted + 1 or rng.random() < 0.2))
+            turns.append(Turn(k, accepted, count, count < accepted + 1 or rng.random() < 0.2))
         expected = tally_turns(*map(torch.tensor, zip(*turns)), k_max)
         assert tally_host_turns(turns, k_max) == expected, turns

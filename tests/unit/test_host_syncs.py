@@ -67,15 +67,13 @@ def shipped():
     DecodingOptions(k=0), DecodingOptions(k=2), DecodingOptions(k=3, candidates=2),
     DecodingOptions(k=4, auto_k=True),
 ], ids=["greedy", "chain", "tree", "auto"])
-def test_one_host_read_per_iteration(shipped, options, monkeypatch) -> None:
-    from nmt_specdec.decoding import loop
+def test_one_host_read_per_iteration(shipped, options) -> None:
+    from nmt_specdec.decoding.loops import decode_rows
 
     model, task, batch = shipped
-    generator = shipped_generator(model, task, options=options)
-    # The batched loop, a GPU's path at any batch (on the CPU one sentence, a greedy
-    # batch and a greedy turn decide on the host).
-    generator.single_row = False
-    monkeypatch.setattr(loop, "HOST_GREEDY_TURNS", False)
+    # The batched loop's tensor path, a GPU's path at any batch (on the CPU one
+    # sentence, a greedy batch and a greedy turn decide on the host).
+    generator = shipped_generator(model, task, options=options, loop=decode_rows)
     generator.generate([model], batch)  # warm: first-batch work is not the loop's
     turns = sum(generator.stats.k_chosen.values())
     with HostReads() as reads:

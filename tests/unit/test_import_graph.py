@@ -167,7 +167,11 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
      "nmt_specdec.shipping", "nmt_specdec.raw_text", "nmt_specdec.data"),
     ("nmt_specdec.checkpoints",),
     ("nmt_specdec.model",),
+    ("nmt_specdec.decoding.decision",),
     ("nmt_specdec.decoding",),
+    ("nmt_specdec.decoding.loops",),
+    ("nmt_specdec.decoding.generator",),
+    ("nmt_specdec.decoding.build",),
     ("nmt_specdec.evaluation", "nmt_specdec.translate"),
     ("nmt_specdec.workflows", "nmt_specdec"),
     (PLUGIN,),
@@ -193,6 +197,6 @@ def test_no_module_imports_a_layer_above_its_own(graph: Graph) -> None:
 
 def test_the_layer_rule_sees_an_upward_arrow() -> None:
     toy = {"nmt_specdec.model.draft_head": {"nmt_specdec.decoding.passes.layers"},
-           "nmt_specdec.decoding.loop": {"nmt_specdec.model.draft_head"}}
+           "nmt_specdec.decoding.generator": {"nmt_specdec.model.draft_head"}}
     assert upward_arrows(toy) == [("nmt_specdec.model.draft_head",
                                    "nmt_specdec.decoding.passes.layers")]

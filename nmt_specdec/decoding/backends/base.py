@@ -1,6 +1,6 @@
 """What a backend provides: the model calls of the Spec-Verify loop, and nothing else.
 
-The loop (:mod:`nmt_specdec.decoding.loop`), acceptance, the K policy and the
+The loops (:mod:`nmt_specdec.decoding.loops`), acceptance, the K policy and the
 cache bookkeeping are shared by every backend. A backend only runs the model:
 
 - ``encode``: the source batch once -> the backend's encoder output (opaque to
@@ -45,7 +45,7 @@ class Verified(NamedTuple):
             projection certified in fp32, see :mod:`.onnxruntime.projection`):
             no token outside the exact ones scores above it. A decision is the
             exact one where the best constrained logit beats it
-            (:func:`~nmt_specdec.decoding.scoring.certain`); elsewhere the loop
+            (:func:`~nmt_specdec.decoding.decision.scores.certain`); elsewhere the loop
             takes :meth:`VerifierCalls.exact_logits`. None: every logit exact.
     """
 

@@ -2,7 +2,7 @@
 
 One pass scores N new inputs per row against the pre-allocated cache and
 returns hidden states, not probabilities: the loop projects onto the
-vocabulary only at the positions whose scores it uses (:mod:`nmt_specdec.decoding.scoring`).
+vocabulary only at the positions whose scores it uses (:mod:`nmt_specdec.decoding.decision.scores`).
 
 Shapes: B rows, N new positions, C model dim, V vocabulary, S source.
 """

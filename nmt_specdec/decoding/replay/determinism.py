@@ -25,13 +25,14 @@ Shapes: W window, V vocabulary, S source length.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.acceptance import constrain_lprobs
+from nmt_specdec.decoding.decision.constraints import Constraints, constrain_logits_
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.options import LengthRules
@@ -169,9 +170,10 @@ class FixedShapeReplay(nn.Module):
         lprobs = verify_block(self.model.decoder, torch.tensor([inputs], device=device),
                               positions.clamp(max=self.lengths.max_positions - 1),
                               encoder_out, cache)
-        lprobs = constrain_lprobs(lprobs, positions, max_len, pad=self.pad, eos=self.eos,
-                                  unk=self.unk, min_len=self.lengths.min_len,
-                                  unk_penalty=self.lengths.unk_penalty)
+        rules = Constraints(self.pad, self.eos, self.unk, self.lengths.min_len,
+                            self.lengths.unk_penalty)
+        lprobs = constrain_logits_(lprobs.masked_fill(lprobs.isnan(), -math.inf), positions,
+                                   max_len, rules)  # fairseq's NaN guard, then its rules
         values, preds = lprobs[0].max(dim=-1)  # (W,): argmax, greedy's tie-break
         self.stats.passes += 1
         walk = walk_window(preds.tolist(), values.tolist(), inputs,

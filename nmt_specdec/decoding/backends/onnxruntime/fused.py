@@ -4,7 +4,7 @@ per iteration instead of two.
 At beta = 1 acceptance needs nothing the graph lacks: each draft passes when it
 is its parent input's argmax (pad excluded, as the loop's constraints), the
 walk takes the chain's leading passes and then at most one leaf
-(:func:`~nmt_specdec.decoding.draft_tree.walk_row`, here in tensor ops), and the
+(:func:`~nmt_specdec.decoding.decision.tree.walk_row`, here in tensor ops), and the
 correction is the argmax at the end of the path. So the fused graph verifies,
 walks, and runs the draft head once, on the state and token the walk ends on:
 the next iteration's drafts (C' candidates per slot, chains and trees alike)

@@ -176,7 +176,8 @@ def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:
 def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path,
                   same_bits: bool) -> None:
     from nmt_specdec.decoding.backends.onnxruntime.fused import FusedVerifyGraph
-    from nmt_specdec.decoding.draft_tree import parent_list, tree_layout
+    from nmt_specdec.decoding.decision.tree import parent_list
+    from nmt_specdec.decoding.draft_tree import tree_layout
 
     # A chain of K=2 drafts with one leaf per slot (C=2): N = 5 inputs.
     layout = tree_layout(2, 2)

@@ -18,7 +18,7 @@ No token outside the candidates can score above ``bound``. So where the best
 constrained logit of a position exceeds ``bound``, that best token, its value
 and every token within ``best - bound`` of it are exact, and the decision is
 the fp32 verifier's; the loop checks this after its length constraints
-(:func:`~nmt_specdec.decoding.scoring.certain`) and recomputes the position in
+(:func:`~nmt_specdec.decoding.decision.scores.certain`) and recomputes the position in
 fp32 where it fails (:meth:`OrtVerifier.exact_logits`; 0.1% of positions on
 the shipped model's test sentences). What stays approximate are the scores of
 the other tokens, i.e. the normaliser: positional scores move by up to ~3e-3.

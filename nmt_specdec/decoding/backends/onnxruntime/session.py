@@ -36,7 +36,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_session import (
 from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.draft_tree import parent_index
+from nmt_specdec.decoding.decision.tree import parent_index
 from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 from nmt_specdec.errors import UserError
 

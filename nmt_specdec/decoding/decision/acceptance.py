@@ -1,4 +1,4 @@
-"""Spec-Verify acceptance and commit: pure tensor functions.
+"""Spec-Verify acceptance and commit of a chain, in a torch and a host form.
 
 Implements the verification criterion of Xia et al. (2023), "Speculative
 Decoding: Exploiting Speculative Execution for Accelerating Seq2seq
@@ -12,13 +12,17 @@ At the first rejection the verifier's top-1 token is taken instead, so every
 iteration commits at least one token; if all K drafts pass, the verifier's
 prediction after the last draft (the "bonus" token) is appended too.
 
+:func:`accept_drafts` and :func:`commit_tokens` decide B rows in tensor ops
+(the batched loop); the host loops decide one row with
+:func:`~.tree.accept_host` (a chain is a tree of one candidate per slot) and
+:func:`commit_host`. ``tests/unit/test_decision_forms.py`` holds the forms equal.
+
 Shapes: B batch, K draft length, V vocabulary.
 """
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple, Tuple
+from typing import List, NamedTuple, Tuple
 
 import torch
 from torch import Tensor
@@ -160,6 +164,17 @@ def commit_tokens(drafts: Tensor, acceptance: Acceptance, eos: int, pad: int) ->
     return Commit(tokens, counts, finished)
 
 
+def commit_host(drafts: List[int], num_accepted: int, correction: int,
+                eos: int) -> Tuple[List[int], bool]:
+    """:func:`commit_tokens` for one row on the host: the committed tokens (the
+    accepted drafts, then the correction, cut after the first EOS) and whether
+    an EOS was committed."""
+    new = drafts[:num_accepted] + [correction]
+    if eos in new:
+        return new[: new.index(eos) + 1], True
+    return new, False
+
+
 def drafts_before_eos(k: Tensor, num_accepted: Tensor, counts: Tensor,
                       finished: Tensor) -> Tuple[Tensor, Tensor]:
     """Draft slots that count for the statistics, per row-iteration.
@@ -182,43 +197,3 @@ def drafts_before_eos(k: Tensor, num_accepted: Tensor, counts: Tensor,
     accepted = torch.minimum(num_accepted, counts)  # (R,)
     drafted = torch.where(finished, torch.minimum(counts, k), k)  # (R,)
     return drafted, accepted
-
-
-def constrain_lprobs(
-    lprobs: Tensor,
-    steps: Tensor,
-    max_len: Tensor,
-    *,
-    pad: int,
-    eos: int,
-    unk: int,
-    min_len: int = 1,
-    unk_penalty: float = 0.0,
-) -> Tensor:
-    """Applies fairseq SequenceGenerator's per-step constraints to verifier scores.
-
-    Mirrors ``SequenceGenerator._generate`` so that beta=1 reproduces its greedy
-    output token for token: NaN -> -inf, pad forbidden, unk penalised, EOS
-    forbidden before ``min_len`` and forced at ``max_len``.
-
-    Args:
-        lprobs: (B, N, V) log-probabilities for N consecutive positions.
-        steps: (B, N) output step (0-based, BOS excluded) that each position predicts.
-        max_len: (B,) step at which EOS is forced.
-        pad, eos, unk: special ids from the target dictionary.
-        min_len: EOS is forbidden for steps < min_len.
-        unk_penalty: subtracted from the unk log-probability.
-
-    Returns:
-        (B, N, V) constrained log-probabilities (a new tensor).
-    """
-    out = lprobs.masked_fill(lprobs != lprobs, -math.inf)
-    out[:, :, pad] = -math.inf
-    if unk_penalty:
-        out[:, :, unk] -= unk_penalty
-    too_short = (steps < min_len).unsqueeze(-1)  # (B, N, 1)
-    at_max = (steps >= max_len.unsqueeze(1)).unsqueeze(-1)  # (B, N, 1)
-    is_eos = torch.zeros_like(out[:1, :1], dtype=torch.bool)  # (1, 1, V)
-    is_eos[..., eos] = True
-    out = out.masked_fill(too_short & is_eos, -math.inf)
-    return out.masked_fill(at_max & ~is_eos, -math.inf)

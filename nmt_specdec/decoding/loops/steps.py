@@ -1,9 +1,7 @@
-"""The steps of a Spec-Verify turn that both loops share.
+"""The steps of a Spec-Verify turn that every loop of :mod:`.` shares.
 
-:mod:`.loop` runs a turn over B rows in tensor ops with one host read;
-:mod:`.single_row` runs it for one sentence on the CPU, deciding on the host.
-Both start from the same :class:`Batch` and take the generator's parts as a
-:class:`LoopParts`, so neither reaches into the generator or the other loop:
+Every loop starts from the same :class:`Batch` and takes the generator's parts
+as a :class:`LoopParts`, so none reaches into the generator or another loop:
 
 - :func:`start_batch`: the buffers, the cache and the encoder keys/values;
 - :func:`plan_turn`: K and which length rules may apply, from host ints;
@@ -30,7 +28,8 @@ from nmt_specdec.decoding.draft_tree import flatten_candidates
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy
 from nmt_specdec.decoding.options import DecodingOptions
-from nmt_specdec.decoding.scoring import Constraints, certain, normaliser
+from nmt_specdec.decoding.decision.constraints import Constraints
+from nmt_specdec.decoding.decision.scores import certain, normaliser
 from nmt_specdec.decoding.stats import SpecDecStats
 
 
@@ -134,7 +133,7 @@ def plan_turn(parts: LoopParts, k_max: int, turn: int, longest: int,
 
     Returns:
         ``(K, (check_min_len, check_max_len))`` for
-        :func:`~.scoring.constrain_logits_`.
+        :func:`~..decision.constraints.constrain_logits_`.
     """
     k = parts.k_policy.choose(max(0, min(k_max, max(limits) - turn)), len(limits))
     return k, (turn < parts.rules.min_len, longest - 1 + k >= min(limits))
@@ -179,7 +178,7 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
 
     Args:
         constrain: applies the constraints to (B, N, V) logits in place.
-        margin: :func:`~.scoring.certainty_margin` of the acceptance settings.
+        margin: :func:`~..decision.scores.certainty_margin` of the acceptance settings.
         on_host: read the best logits through numpy (one row on the CPU: no tensor op).
         temperature: the logits are divided by it first, in their own precision,
             as fairseq's ``--temperature``.

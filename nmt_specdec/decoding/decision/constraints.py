@@ -1,14 +1,15 @@
-"""Verifier scores from logits, without a full ``log_softmax``.
-
-Acceptance (Xia et al., Eq. 4) compares a draft with the verifier's top-beta and
-its margin to the top-1; both are invariant to the per-position normaliser, so
-they run on raw logits. Log-probabilities are needed only for the committed
-tokens (fairseq's positional scores): logit minus ``logsumexp`` of the row.
+"""fairseq's per-step constraints on verifier scores, in a torch and a numpy form.
 
 fairseq's ``SequenceGenerator`` constrains log-probabilities after the softmax
 (pad forbidden, unk penalised, EOS forbidden before ``min_len`` and forced at
 ``max_len``); these column edits commute with subtracting the normaliser, so
 applying them to logits gives the same argmax, top-beta and scores.
+
+:func:`constrain_logits_` is the form the batched loop applies to (B, N, V)
+tensors; :func:`constrain_host_` is the same rule, in the same order, on numpy
+arrays (the host loops' greedy turns: a few column writes instead of tensor
+ops). ``tests/unit/test_decision_forms.py`` holds the two equal.
+:func:`search_rules_` adds the rarer options of :class:`Constraints`.
 
 Shapes: B rows, N positions, V vocabulary.
 """
@@ -16,10 +17,9 @@ Shapes: B rows, N positions, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Tuple, Union
 
 import numpy as np
-import torch
 from torch import Tensor
 
 
@@ -80,6 +80,30 @@ def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Con
     return logits
 
 
+def constrain_host_(logits: np.ndarray, steps: Union[int, np.ndarray],
+                    max_len: Union[int, np.ndarray], rules: Constraints,
+                    check_min_len: bool = True, check_max_len: bool = True) -> np.ndarray:
+    """:func:`constrain_logits_` on the host, in place, in the same order (so the
+    same float32 values), for one position per row.
+
+    Args:
+        logits: (B, V) float32 logits as a numpy array.
+        steps, max_len: (B,) arrays, or ints that hold for every row (one
+            sentence: scalar comparisons, no array is made).
+    """
+    logits[:, rules.pad] = -math.inf
+    if rules.unk_penalty:
+        logits[:, rules.unk] -= rules.unk_penalty
+    if check_min_len or check_max_len:
+        eos = logits[:, rules.eos].copy()
+        if check_min_len:
+            eos[steps < rules.min_len] = -math.inf
+        if check_max_len:
+            logits[steps >= max_len] = -math.inf
+        logits[:, rules.eos] = eos
+    return logits
+
+
 def search_rules_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints,
                   bans: List[Tuple[int, int, List[int]]]) -> Tensor:
     """The options of :class:`Constraints` beyond :attr:`~Constraints.plain`, in
@@ -123,77 +147,3 @@ def repeated_ngram_bans(prefixes: List[List[int]], blocks: List[List[List[int]]]
             if banned:
                 bans.append((row, position, banned))
     return bans
-
-
-def constrain_row_(row: np.ndarray, step: int, max_len: int, rules: Constraints,
-                   check_min_len: bool = True, check_max_len: bool = True) -> np.ndarray:
-    """:func:`constrain_logits_` for one position's (V,) float32 logits as a numpy
-    array (the single-row loop's greedy turn: a few scalar writes instead of
-    tensor ops), in the same order, so the same values.
-
-    Args:
-        step: the output step (0-based) this position predicts.
-        max_len: the step at which EOS is forced.
-    """
-    row[rules.pad] = -math.inf
-    if rules.unk_penalty:
-        row[rules.unk] -= rules.unk_penalty
-    if check_min_len or check_max_len:
-        eos = -math.inf if check_min_len and step < rules.min_len else row[rules.eos]
-        if check_max_len and step >= max_len:
-            row[:] = -math.inf
-        row[rules.eos] = eos
-    return row
-
-
-def constrain_rows_(logits: np.ndarray, steps: np.ndarray, max_len: np.ndarray,
-                    rules: Constraints, check_min_len: bool = True,
-                    check_max_len: bool = True) -> np.ndarray:
-    """:func:`~.scoring.constrain_logits_` for one position per row: (B, V) float32
-    logits as a numpy array, ``steps`` and ``max_len`` (B,), in the same order."""
-    logits[:, rules.pad] = -math.inf
-    if rules.unk_penalty:
-        logits[:, rules.unk] -= rules.unk_penalty
-    if check_min_len or check_max_len:
-        eos = logits[:, rules.eos].copy()
-        if check_min_len:
-            eos[steps < rules.min_len] = -math.inf
-        if check_max_len:
-            logits[steps >= max_len] = -math.inf
-        logits[:, rules.eos] = eos
-    return logits
-
-
-def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:
-    """Log-probabilities of ``tokens`` (B, N) under constrained ``logits``.
-
-    Args:
-        logits: (B, N, V) constrained logits.
-        normaliser: (B, N) ``logsumexp`` of the raw logits (fairseq normalises
-            before constraining).
-        tokens: (B, N) token ids.
-    """
-    return logits.gather(2, tokens.unsqueeze(2)).squeeze(2) - normaliser
-
-
-def normaliser(logits: Tensor) -> Tensor:
-    """(B, N) ``logsumexp`` over the vocabulary, in float32."""
-    return torch.logsumexp(logits.float(), dim=-1)
-
-
-def certain(best: Tensor, bound: Tensor, margin: float) -> bool:
-    """Whether every position's decision stands on exact logits.
-
-    Args:
-        best: (B, N) best constrained logit per position.
-        bound: (B, N) the verifier's bound (:class:`~.backends.base.Verified`):
-            no inexact logit lies above it.
-        margin: how far below the best a token still matters (0 at beta = 1;
-            tau for beta > 1, whose criterion reads every token within tau).
-    """
-    return bool((best > bound + margin).all())
-
-
-def certainty_margin(beta: int, tau: float) -> float:
-    """The ``margin`` of :func:`certain` for these acceptance settings."""
-    return 0.0 if beta == 1 else tau

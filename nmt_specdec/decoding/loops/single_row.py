@@ -1,4 +1,4 @@
-"""One sentence on the CPU: the turn of :mod:`.loop`, deciding on the host.
+"""One sentence on the CPU: the batched loop's turn, deciding on the host.
 
 At batch 1 on a CPU, an iteration of the batched loop spends a large share of
 its time outside the runtime: ~120 small tensor ops (acceptance, commit, the
@@ -6,28 +6,25 @@ EOS cut, per-row writes and gathers) that exist to serve B rows at once, each
 a few microseconds of dispatch on tensors of a handful of elements. For one row
 the host keeps the committed tokens in a list and decides with Python ints. At
 beta = 1 it also decides on numpy views of the verifier's scores
-(:func:`host_accept`: a max, an argmax and a gather over the (N, V) block)
+(:func:`accept_host`: a max, an argmax and a gather over the (N, V) block)
 instead of tensor ops.
 
 What is not a host decision is the batched loop's own code: the start, K, the
 draft, the model calls, the constraints and the scores' certification are the
-shared steps of :mod:`.steps`; the acceptance walk is the one of
-:func:`~.draft_tree.walk_row`, and criteria other than greedy's (top-beta, tau)
-are the shared tensor test :func:`~.draft_tree.nodes_pass`.
+shared steps of :mod:`.steps`, and the decisions are the host forms of
+:mod:`..decision` (:func:`~..decision.tree.accept_host`,
+:func:`~..decision.acceptance.commit_host`,
+:func:`~..decision.constraints.constrain_host_`).
 
-Used by :meth:`~.loop.SpecDecGenerator.decode` for a batch of one on the CPU,
-chains and draft trees alike (batches take the batched loop; on a GPU its
-single host read per iteration is cheaper than these few).
-Tested equal to the batched loop token for token, score for score, iteration
-for iteration (``tests/integration/test_single_row.py``), and :func:`host_accept`
-equal to the shared acceptance on random and tied scores.
+:func:`~.choose_loop` takes it for a batch of one on the CPU, chains and draft
+trees alike. Tested equal to the batched loop token for token, score for
+score, iteration for iteration (``tests/integration/test_single_row.py``).
 
 Shapes: K draft slots, C candidates per slot, N verified inputs, V vocabulary.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from functools import partial
 from typing import Dict, List, Optional, Tuple
@@ -37,25 +34,17 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends.base import Verified
-from nmt_specdec.decoding.draft_tree import (
-    TreeLayout,
-    move_leaf_keys,
-    nodes_pass,
-    parent_index,
-    parent_list,
-    tree_layout,
-    walk_row,
-)
-from nmt_specdec.decoding.drafters import DraftRequest
-from nmt_specdec.decoding.scoring import (
+from nmt_specdec.decoding.decision.acceptance import commit_host
+from nmt_specdec.decoding.decision.constraints import (
     Constraints,
-    certainty_margin,
+    constrain_host_,
     constrain_logits_,
-    constrain_row_,
-    normaliser,
 )
-from nmt_specdec.decoding.stats import tally_host_turns
-from nmt_specdec.decoding.steps import (
+from nmt_specdec.decoding.decision.scores import certainty_margin, normaliser
+from nmt_specdec.decoding.decision.tree import Decision, accept_host
+from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
+from nmt_specdec.decoding.drafters import DraftRequest
+from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
     constrained_scores,
@@ -63,10 +52,7 @@ from nmt_specdec.decoding.steps import (
     end_turn,
     plan_turn,
 )
-
-# (accepted drafts, correction, leaf taken, path (K+1), drafts of the path (K)),
-# the path naming the input whose scores predicted each step.
-Decision = Tuple[int, int, bool, List[int], List[int]]
+from nmt_specdec.decoding.stats import Turn, tally_host_turns
 
 
 def decode_single_row(parts: LoopParts, batch: Batch,
@@ -75,7 +61,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
 
     ``kept``: the buffers of the previous sentence's loop, taken over (default: new)."""
     row, options = _HostRow(batch, kept or RowBuffers()), parts.options
-    turns: List[tuple] = []  # (K, accepted drafts, committed, finished) per turn
+    turns: List[Turn] = []
     finished = False
     while not finished:
         started = time.perf_counter()
@@ -87,13 +73,13 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         verified = parts.verifier.verify(tokens, row.start, length - 1, batch.cache,
                                          batch.cross, True, tree)
         decided, flat, lse = row.decide(parts, verified, tokens, k, tree, checks)
-        if decided[2]:  # a leaf taken: its keys/values move to its depth's slot
-            move_leaf_keys(batch.cache, row.start, torch.tensor([decided[3]]),
-                           torch.tensor([decided[0]]))
+        if decided.leaf:  # a leaf taken: its keys/values move to its depth's slot
+            move_leaf_keys(batch.cache, row.start, torch.tensor([decided.path]),
+                           torch.tensor([decided.accepted]))
         count, finished = row.commit(decided, flat, lse, parts.rules.eos)
         if batch.k_max:  # the state that predicted the correction: the next draft reads it
             row.states = verified.hidden[:, row.final]
-        turns.append((k, decided[0], count, finished))
+        turns.append(Turn(k, decided.accepted, count, finished))
         # Drafts committed, none past an EOS: what drafting K bought this sentence.
         end_turn(parts, k, [count - 1] if parts.k_policy.wants_counts else [], started)
     parts.stats.sentences += 1
@@ -171,15 +157,15 @@ class _HostRow:
                 constrain = partial(constrain_logits_, steps=self.start.unsqueeze(1) + offsets,
                                     max_len=self.rows.max_len, rules=rules,
                                     check_min_len=checks[0], check_max_len=checks[1])
-            else:
-                constrain = partial(_never_pad, pad=rules.pad)
+            else:  # never pad: the rule that always applies, as a column write
+                constrain = partial(_constrain_on_host, rules=rules)
             logits, lse = constrained_scores(parts.verifier, verified, constrain,
                                              certainty_margin(options.beta, options.tau),
                                              on_host=True)
         flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
         if decided is None:
             width = 1 if tree is None else options.candidates
-            decided = host_accept(logits, flat, tokens, k, width, options.beta, options.tau)
+            decided = accept_host(logits, flat, tokens, k, width, options.beta, options.tau)
         return decided, flat, lse.detach().numpy()[0]
 
     def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float
@@ -197,14 +183,15 @@ class _HostRow:
             return None
         flat = self._host_view(verified.logits)[0]  # (1, V)
         # The output step this position predicts: its committed tokens but BOS.
-        row = constrain_row_(flat[0], len(self.committed) - 1, self.limit, rules, *checks)
+        row = constrain_host_(flat, len(self.committed) - 1, self.limit, rules, *checks)[0]
         token = int(row.argmax())
         if verified.bound is not None:
             # (1,) arrays: float32 arithmetic, as certain() computes it.
             above = self._host_view(verified.bound)[0] + margin
             if not row[token] > above[0]:
                 return None
-        return (0, token, False, [0], []), flat, self._host_view(verified.normaliser)[0]
+        return (Decision(0, token, False, [0], []), flat,
+                self._host_view(verified.normaliser)[0])
 
     def _host_view(self, tensor: Tensor) -> np.ndarray:
         """``tensor``'s numpy view, made once per buffer: a graph backend returns
@@ -220,15 +207,11 @@ class _HostRow:
                eos: int) -> Tuple[int, bool]:
         """Commits the accepted drafts and the correction, cut after the first EOS
         as the batched loop cuts them; returns (tokens committed, finished)."""
-        num_accepted, correction, _, path, proposed = decided
-        self.final = path[num_accepted]
-        new = proposed[:num_accepted] + [correction]
-        finished = eos in new
-        if finished:
-            new = new[: new.index(eos) + 1]
+        self.final = decided.path[decided.accepted]
+        new, finished = commit_host(decided.drafts, decided.accepted, decided.correction, eos)
         count, length = len(new), len(self.committed)
         # The flat input whose scores predicted each committed token (a chain: 0..).
-        where = path[:count]
+        where = decided.path[:count]
         # Committed tokens are never pad: where the call decided (raw scores), their
         # raw scores are the constrained ones.
         if count == 1:  # numpy scalars (fancy indexing costs more): the same float32
@@ -242,50 +225,16 @@ class _HostRow:
         return count, finished
 
 
-def _never_pad(logits: Tensor, pad: int) -> None:
-    """The constraint that always applies, as a column write on the host."""
-    logits.detach().numpy()[..., pad] = -math.inf
-
-
-def host_accept(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, width: int,
-                beta: int, tau: float) -> Decision:
-    """One row's acceptance, walked on the host: what :func:`~.draft_tree.resolve_tree`
-    (and, for a chain, :func:`~.acceptance.accept_drafts`) decide.
-
-    Each draft is tested under its parent's scores: at beta = 1 in numpy (it
-    passes as the parent's argmax, the first index of the best score: greedy's
-    own tie-break, in numpy as in torch, and when it is not -inf); otherwise by
-    the shared :func:`~.draft_tree.nodes_pass`. :func:`~.draft_tree.walk_row`
-    then walks the chain and its leaves; the correction is the argmax at the end
-    of the path.
-
-    Args:
-        logits: (1, N, V) constrained scores (float32).
-        flat: ``logits[0]`` as a numpy view.
-        tokens: (1, N) the verified inputs (last committed token, then the drafts).
-        depth, width: K and C (1: a chain).
-    """
-    if depth == 0:  # a greedy turn: the argmax, nothing to walk
-        return 0, int(flat[0].argmax()), False, [0], []
-    inputs = tokens.tolist()[0]
-    top1 = flat.argmax(axis=1)  # (N,)
-    if beta == 1:
-        parents = list(parent_list(depth, width))  # node j+1's parent input
-        passes = ((top1[parents] == inputs[1:])
-                  & np.isfinite(flat[parents, inputs[1:]])).tolist()
-    elif depth > 0:
-        passes = nodes_pass(logits, tokens, parent_index(depth, width), beta, tau)[0].tolist()
-    else:
-        passes = []
-    decided = walk_row(passes + top1.tolist() + inputs, depth, width, len(inputs))
-    accepted, correction, leaf = decided[:3]
-    return accepted, correction, bool(leaf), decided[3: 4 + depth], decided[4 + depth:]
+def _constrain_on_host(logits: Tensor, rules: Constraints) -> None:
+    """(1, N, V) logits under the rules that need no step: never pad (no unk
+    penalty, no length rule applies: :meth:`_HostRow.decide` checks)."""
+    constrain_host_(logits.detach().numpy()[0], 0, 0, rules, False, False)
 
 
 def _fused_decision(decision: Optional[Tensor], usable: bool, tokens: Tensor,
                     k: int) -> Optional[Decision]:
     """The verify call's own beta = 1 decision (``--fused-draft``) as
-    :func:`host_accept` returns it, or None: no decision, a length or unk
+    :func:`accept_host` returns it, or None: no decision, a length or unk
     constraint applies (``usable`` False), or the graph flagged it (the
     correction's score is tied: the shared code orders ties; or pad is a row's
     argmax or a draft: the graph reads unconstrained scores)."""
@@ -298,4 +247,4 @@ def _fused_decision(decision: Optional[Tensor], usable: bool, tokens: Tensor,
     if final > k:  # a leaf (leaves follow the chain's K+1 inputs)
         path[accepted] = final
     inputs = tokens[0].tolist()
-    return accepted, correction, final > k, path, [inputs[i] for i in path[1:]]
+    return Decision(accepted, correction, final > k, path, [inputs[i] for i in path[1:]])

@@ -16,11 +16,12 @@ decides on numpy views of the same buffers:
   batched loop's turn with K=0).
 
 The decisions are the shared path's, in the same order on the same float32
-values: constraints as :func:`~.scoring.constrain_logits_`
-(:func:`~.scoring.constrain_rows_`), certification of an 8-bit projection's bound as
-:func:`~.steps.constrained_scores` (and the same fp32 recomputation where it
-fails), the first index among ties as :func:`~.acceptance.argmax_last`, and
-scores as :func:`~.scoring.positional_scores`. Tested equal to the batched loop
+values: constraints as :func:`~..decision.constraints.constrain_host_` (the
+host form of the batched loop's rule), certification of an 8-bit projection's
+bound as :func:`~.steps.constrained_scores` (and the same fp32 recomputation
+where it fails), the first index among ties as
+:func:`~..decision.acceptance.argmax_last`, and scores as
+:func:`~..decision.scores.positional_scores`. Tested equal to the batched loop
 token for token, score for score and iteration for iteration
 (``tests/integration/test_greedy_rows.py``).
 
@@ -36,21 +37,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.acceptance import Commit
+from nmt_specdec.decoding.decision.acceptance import Commit
 from nmt_specdec.decoding.backends.base import Verified, VerifierCalls
-from nmt_specdec.decoding.scoring import (
-    Constraints,
-    certainty_margin,
-    constrain_rows_,
-    normaliser,
-)
-from nmt_specdec.decoding.steps import Batch, LoopParts, Rows, end_turn, plan_turn
+from nmt_specdec.decoding.decision.constraints import Constraints, constrain_host_
+from nmt_specdec.decoding.decision.scores import certainty_margin, normaliser
+from nmt_specdec.decoding.loops.steps import Batch, LoopParts, Rows, end_turn, plan_turn
 
 
 def decode_greedy_rows(parts: LoopParts, batch: Batch) -> List[Optional[tuple]]:
     """The loop of a batch that never drafts: ``(tokens, scores, iterations)`` per
-    input row, as :func:`~.loop.decode_rows` returns them."""
-    rows, cache, cross, limits, _ = batch
+    input row, as :func:`~.batched.decode_rows` returns them."""
+    rows, cache, cross, limits = batch.rows, batch.cache, batch.cross, batch.limits
     rules, verifier = parts.rules, parts.verifier
     margin = certainty_margin(parts.options.beta, parts.options.tau)
     host = _HostRows(rows, limits)
@@ -149,7 +146,7 @@ def greedy_turn_on_host(verifier: VerifierCalls, rules: Constraints, rows: Rows,
     rows.scores.detach().numpy()[batch, at] = scores
     committed = torch.from_numpy(tokens)
     ones = torch.ones_like(committed)
-    commit = Commit(committed.unsqueeze(1), ones, committed == rules.eos)
+    commit = Commit(tokens=committed.unsqueeze(1), counts=ones, finished=committed == rules.eos)
     # The state that predicted the token (the next draft reads it): a copy, the
     # verifier's buffer is overwritten by its next call.
     rows = rows._replace(lengths=rows.lengths + ones, states=verified.hidden[:, 0].clone())
@@ -165,19 +162,19 @@ def _decide(verifier: VerifierCalls, rules: Constraints, verified: Verified,
         steps, limits: (B,) the output step each position predicts, and the step
             at which EOS is forced.
         checks: ``(check_min_len, check_max_len)`` of :func:`~.steps.plan_turn`.
-        margin: :func:`~.scoring.certainty_margin` of the acceptance settings.
+        margin: :func:`~..decision.scores.certainty_margin` of the acceptance settings.
     """
     # numpy has no bfloat16 (float32: no copy); decisions need no gradient.
     logits = verified.logits[:, 0].detach().float()
     lse = (verified.normaliser if verified.normaliser is not None
            else normaliser(verified.logits))[:, 0].detach().float().numpy()
-    host = constrain_rows_(logits.numpy(), steps, limits, rules, *checks)
+    host = constrain_host_(logits.numpy(), steps, limits, rules, *checks)
     tokens, best = _best(host)
     if verified.bound is not None and not (best > verified.bound[:, 0].numpy() + margin).all():
         # An 8-bit score may matter here: this call's scores again, in fp32.
         exact = verifier.exact_logits(verified.hidden).detach().float()
         lse = normaliser(exact)[:, 0].numpy()
-        tokens, best = _best(constrain_rows_(exact[:, 0].numpy(), steps, limits, rules,
+        tokens, best = _best(constrain_host_(exact[:, 0].numpy(), steps, limits, rules,
                                              *checks))
     return tokens, best - lse
 

@@ -1,0 +1,20 @@
+"""The decision layer: what a Spec-Verify turn decides from the verifier's scores.
+
+Every rule is written once, with its torch form (B rows in tensor ops, the
+batched loop) beside its host form (numpy and Python ints, the loops that
+decide on the host):
+
+- :mod:`.constraints`: fairseq's length, pad and unk rules
+  (:func:`~.constraints.constrain_logits_` / :func:`~.constraints.constrain_host_`)
+  and the rarer search options (temperature, n-gram blocking, source length);
+- :mod:`.acceptance`: Xia et al.'s Eq. 4 over a chain and the commit cut at EOS
+  (:func:`~.acceptance.accept_drafts` and :func:`~.acceptance.commit_tokens` /
+  :func:`~.acceptance.commit_host`);
+- :mod:`.tree`: acceptance over a chain with leaves
+  (:func:`~.tree.resolve_tree` / :func:`~.tree.accept_host`, which also takes chains);
+- :mod:`.scores`: log-probabilities of committed tokens from raw logits, and
+  when an 8-bit projection's bound certifies a decision.
+
+``tests/unit/test_decision_forms.py`` holds each torch form equal to its host
+form on random and tied scores. The layer imports nothing else of the engine.
+"""

@@ -1,0 +1,150 @@
+"""The generator fairseq gets: Spec-Verify translation (Xia et al., 2023, Alg. 1).
+
+Per batch it encodes once (the backend's encoder), applies fairseq's length
+rules, allocates the cache and the token buffers (:func:`~.loops.steps.start_batch`)
+and runs the loop :func:`~.loops.choose_loop` picks for the batch, which
+repeats draft -> verify -> accept -> commit -> bookkeep until every row has
+emitted EOS (K=0: greedy). Results come back as fairseq's hypothesis dicts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor, nn
+
+from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
+from nmt_specdec.decoding.decision.constraints import Constraints
+from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
+from nmt_specdec.decoding.drafters import Drafter
+from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
+from nmt_specdec.decoding.layout import check_decodable
+from nmt_specdec.decoding.loops import Loop, choose_loop
+from nmt_specdec.decoding.loops.single_row import RowBuffers
+from nmt_specdec.decoding.loops.steps import LoopParts, start_batch
+from nmt_specdec.decoding.options import DecodingOptions, LengthRules, source_lengths
+from nmt_specdec.decoding.stats import SpecDecStats
+from nmt_specdec.errors import UserError
+
+
+class SpecDecGenerator(nn.Module):
+    """Draft-and-verify translation with one fairseq model (K=0: greedy).
+
+    Args:
+        model: a fairseq encoder-decoder; a ``draft_head`` is needed when K > 0,
+            no ``drafter`` is given and ``options.drafter`` is ``head``.
+        tgt_dict: target dictionary (special ids come from here).
+        options: k, beta, tau.
+        lengths: fairseq length rules.
+        drafter: what proposes drafts (default: as ``options.drafter`` says).
+        backend: who runs the model calls (default: eager torch on the model).
+        loop: the loop of every batch (default: :func:`~.loops.choose_loop`'s
+            choice per batch).
+    """
+
+    def __init__(self, model: nn.Module, tgt_dict, options: DecodingOptions,
+                 lengths: LengthRules, drafter: Optional[Drafter] = None,
+                 backend: Optional[Backend] = None, loop: Optional[Loop] = None):
+        super().__init__()
+        check_decodable(model)  # refuse, at build time, what the engine lacks
+        self.model = model
+        self.options = options
+        self.lengths = lengths
+        self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
+        self.rules = Constraints(self.pad, self.eos, self.unk, lengths.min_len,
+                                 lengths.unk_penalty, lengths.temperature,
+                                 lengths.no_repeat_ngram, lengths.match_source_len)
+        self.backend = backend or make_backend("torch", model, tgt_dict)
+        if drafter is None and options.k > 0:
+            if options.drafter == "verifier-int8":
+                drafter = self.backend.copy_drafter(self.pad)
+            elif not hasattr(model, "draft_head"):
+                raise UserError("--spec-k > 0 needs a model with a draft head (or "
+                                "--spec-drafter verifier-int8)")
+            else:
+                drafter = self.backend.drafter(self.pad)
+        self.drafter = drafter or Drafter()
+        self.k_policy: KPolicy = make_k_policy(options)
+        self.stats = SpecDecStats()
+        self.symbols_to_strip_from_output = {self.eos}
+        self.loop = loop
+        self._row_buffers = RowBuffers()  # the single-row loop's, kept from sentence to sentence
+
+    def reset_k_policy(self) -> None:
+        """Forgets what ``--spec-k auto`` learned (acceptance, pass costs): the next
+        batch starts from the initial state, as a fresh ``fairseq-generate`` run does."""
+        self.k_policy = make_k_policy(self.options)
+
+    def lean_verifier(self) -> VerifierCalls:
+        """The backend's verifier, rebuilt only when the model's weights have changed."""
+        return self.backend.verifier()
+
+    @classmethod
+    def from_generation_args(cls, model, tgt_dict, options: DecodingOptions, args,
+                             drafter: Optional[Drafter] = None,
+                             backend: Optional[Backend] = None,
+                             loop: Optional[Loop] = None) -> "SpecDecGenerator":
+        """Builds the generator from fairseq's GenerationConfig (``--max-len-a`` etc.)."""
+        rules = LengthRules.from_generation_args(args, model, per_sentence=options.deterministic)
+        return cls(model, tgt_dict, options, rules, drafter, backend, loop)
+
+    @torch.no_grad()
+    def generate(self, models, sample: dict, prefix_tokens=None, constraints=None,
+                 bos_token: Optional[int] = None, **unused) -> List[List[Dict]]:
+        """fairseq's generator entry point: one n-best list (of one) per sentence."""
+        if prefix_tokens is not None or constraints is not None:
+            raise UserError("--spec-decoding does not support --prefix-size or constraints")
+        if self.model.training:  # eval() walks every module
+            self.model.eval()
+        device = model_device(self.model)
+        with attention_kernels(device):
+            return self._generate(on_device(sample, device), bos_token)
+
+    def _generate(self, sample: dict, bos_token: Optional[int]) -> List[List[Dict]]:
+        net_input = sample["net_input"]
+        encoder_out = self.backend.encode(net_input)
+        sources = (source_lengths(net_input, self.pad, self.eos)
+                   if self.lengths.match_source_len else None)
+        max_len = self.lengths.max_lengths(net_input["src_tokens"], self.pad, sources)
+        # --spec-k auto compares batches that draft with batches that do not: the
+        # drafter's per-batch state is part of what drafting costs.
+        started = time.perf_counter()
+        self.k_policy.start_batch(max_len.numel())
+        # A batch that will not draft (--spec-k 0, or a greedy batch of --spec-k auto)
+        # reads no draft state: the torch drafter's would cost its cross keys/values.
+        if self.k_policy.may_draft and self.options.k:
+            self.drafter.start_batch(sample, encoder_out)
+        bos = self.eos if bos_token is None else bos_token
+        finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos, started)
+        return [[self._fairseq_hypothesis(*item)] for item in finished]
+
+    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int,
+               started: Optional[float] = None) -> List[tuple]:
+        """Runs the loop (after ``k_policy.start_batch``); returns (tokens, scores,
+        iterations) per input row. ``started``: when the batch's timing for the K
+        policy began (default: now)."""
+        started = time.perf_counter() if started is None else started
+        parts = LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
+                          verifier)
+        batch = start_batch(parts, encoder_out, max_len, bos)
+        loop = self.loop or choose_loop(len(batch.limits), batch.k_max, verifier.embed.device,
+                                        self.rules, self._row_buffers)
+        finished = loop(parts, batch)
+        self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
+                                time.perf_counter() - started)
+        return finished
+
+    def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
+        """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""
+        return {
+            "tokens": tokens,
+            "score": self.lengths.sentence_score(scores),
+            "attention": None,
+            "alignment": None,
+            "positional_scores": scores,
+            "iterations": iterations,
+            "steps": iterations,  # what fairseq-generate --print-step prints
+        }

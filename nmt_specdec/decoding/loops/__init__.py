@@ -1,0 +1,57 @@
+"""The loops that decode a batch, and the one function that chooses among them.
+
+Every loop takes the same :class:`~.steps.LoopParts` and :class:`~.steps.Batch`,
+runs the same steps (:mod:`.steps`) and decisions (:mod:`..decision`), and
+returns ``(tokens, scores, iterations)`` per input row; they differ in where a
+turn decides:
+
+- :func:`~.batched.decode_rows` (:mod:`.batched`): B rows in tensor ops, one
+  host read a turn; any batch, any device, every option;
+- :func:`~.single_row.decode_single_row` (:mod:`.single_row`): one sentence,
+  deciding on the host (numpy views of the scores, Python ints);
+- :func:`~.greedy_rows.decode_greedy_rows` (:mod:`.greedy_rows`): a batch that
+  never drafts, deciding on the host.
+
+On the CPU a turn's decision costs less on the host than in small tensor ops;
+on a GPU the batched loop's single read is cheaper than the host's several.
+Tests hold the host loops equal to the batched one token for token, score for
+score and iteration for iteration (``tests/integration/test_single_row.py``,
+``test_greedy_rows.py``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, List, Optional
+
+import torch
+
+from nmt_specdec.decoding.decision.constraints import Constraints
+from nmt_specdec.decoding.loops.batched import decode_rows
+from nmt_specdec.decoding.loops.greedy_rows import decode_greedy_rows
+from nmt_specdec.decoding.loops.single_row import RowBuffers, decode_single_row
+from nmt_specdec.decoding.loops.steps import Batch, LoopParts
+
+Loop = Callable[[LoopParts, Batch], List[Optional[tuple]]]
+
+
+def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
+                kept: Optional[RowBuffers] = None) -> Loop:
+    """The loop for a batch of ``rows`` sentences that drafts up to ``k_max``.
+
+    The host loops apply fairseq's plain rules only (:attr:`~..decision.
+    constraints.Constraints.plain`); the batched loop applies every option.
+
+    Args:
+        device: where the verifier's scores are (host decisions on the CPU only).
+        kept: the single-row loop's buffers, kept from sentence to sentence.
+    """
+    on_host = device.type == "cpu" and rules.plain
+    if rows == 1 and on_host:
+        return partial(decode_single_row, kept=kept)
+    if k_max == 0 and on_host:
+        return decode_greedy_rows
+    return partial(decode_rows, greedy_on_host=on_host)
+
+
+__all__ = ["Loop", "choose_loop", "decode_rows", "decode_single_row", "decode_greedy_rows"]

@@ -1,0 +1,41 @@
+""":func:`~nmt_specdec.decoding.loops.choose_loop` picks the loop a batch needs:
+the host loops on the CPU under fairseq's plain rules, the batched loop
+elsewhere (a GPU, or options only it applies)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+
+from nmt_specdec.decoding.decision.constraints import Constraints
+from nmt_specdec.decoding.loops import (
+    choose_loop,
+    decode_greedy_rows,
+    decode_rows,
+    decode_single_row,
+)
+
+PLAIN = Constraints(pad=1, eos=2, unk=3)
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a device name: no GPU needed
+
+
+def _named(loop):
+    """(the loop function, its bound keyword arguments)."""
+    return (loop.func, loop.keywords) if isinstance(loop, partial) else (loop, {})
+
+
+@pytest.mark.parametrize("rows, k_max, device, rules, expected", [
+    (1, 0, CPU, PLAIN, (decode_single_row, {"kept": None})),
+    (1, 4, CPU, PLAIN, (decode_single_row, {"kept": None})),
+    (8, 0, CPU, PLAIN, (decode_greedy_rows, {})),
+    (8, 4, CPU, PLAIN, (decode_rows, {"greedy_on_host": True})),
+    (1, 4, CUDA, PLAIN, (decode_rows, {"greedy_on_host": False})),
+    (8, 0, CUDA, PLAIN, (decode_rows, {"greedy_on_host": False})),
+    (1, 0, CPU, PLAIN._replace(temperature=0.7), (decode_rows, {"greedy_on_host": False})),
+    (8, 0, CPU, PLAIN._replace(no_repeat_ngram=3), (decode_rows, {"greedy_on_host": False})),
+    (1, 2, CPU, PLAIN._replace(match_source_len=True), (decode_rows, {"greedy_on_host": False})),
+])
+def test_the_loop_for_a_batch(rows, k_max, device, rules, expected):
+    assert _named(choose_loop(rows, k_max, device, rules)) == expected
