@@ -9,6 +9,7 @@ import argparse
 import pytest
 
 from nmt_specdec import translate
+from nmt_specdec.data import binarize
 from nmt_specdec.evaluation import cli
 
 
@@ -17,14 +18,16 @@ def _options(parser: argparse.ArgumentParser):
             if a.option_strings and a.help != argparse.SUPPRESS and a.dest != "help"]
 
 
-@pytest.mark.parametrize("build", [translate.build_parser, cli.build_parser],
-                         ids=["translate", "evaluate"])
+@pytest.mark.parametrize("build", [translate.build_parser, cli.build_parser,
+                                   binarize.build_parser],
+                         ids=["translate", "evaluate", "binarize"])
 def test_every_option_has_help_and_its_default(build):
     parser = build()
     for action in _options(parser):
         assert action.help, action.option_strings
     text = parser.format_help()
-    assert "(default: 1 32)" in text or "(default: 5)" in text
+    assert any(default in text for default in ("(default: 1 32)", "(default: 5)",
+                                               "(default: 2)"))
     assert "(default: None)" not in text and "(default: False)" not in text
 
 
