@@ -37,8 +37,10 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # pytest exits 5 when it collects nothing; that must fail, not pass quietly.
+# Test modules are spread over one worker per core (at most 4; pytest-xdist), a
+# module's tests staying together so that its fixtures are built once.
 test: setup
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
 
 # Decode the gettext test set with the shipped model (models/gettext-de-en-tiny, the default of
 # scripts/quickstart.py; --model models/ding-de-en-tiny decodes the Ding test set instead).

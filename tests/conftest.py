@@ -74,6 +74,19 @@ def report_line(line: str) -> None:
     _REPORT.append(line)
 
 
+def pytest_sessionfinish(session) -> None:
+    """In a pytest-xdist worker, hands the reported lines to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["report_lines"] = list(_REPORT)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller: collects a finished worker's reported lines."""
+    _REPORT.extend(getattr(node, "workeroutput", {}).get("report_lines", []))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for line in _REPORT:
         terminalreporter.write_line(line)

@@ -49,12 +49,6 @@ class SpecDecStats:
     drafted_per_slot: List[int] = field(default_factory=list)
     k_chosen: Dict[int, int] = field(default_factory=dict)
 
-    def record_iteration(self, accepted: Tensor, counts: Tensor) -> None:
-        """Adds one loop turn: ``accepted`` (B, K) bool, ``counts`` (B,) committed."""
-        rows, slots = accepted.shape
-        self.add_tally([rows] * slots, accepted.long().sum(dim=0).tolist(), int(counts.numel()),
-                       int(counts.sum()))
-
     def add_tally(self, drafted_per_slot: List[int], accepted_per_slot: List[int],
                   iterations: int, tokens: int) -> None:
         """Adds a batch's totals (the engine counts on the device, reads once)."""

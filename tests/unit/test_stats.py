@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt_specdec.decoding.stats import SpecDecStats
+from nmt_specdec.decoding.stats import SpecDecStats, tally_turns
+
+
+def record(stats: SpecDecStats, accepted: torch.Tensor, counts: torch.Tensor) -> None:
+    """One turn of B rows as the batched loop tallies it (:func:`tally_turns`),
+    no row finishing: ``accepted`` (B, K) bool, ``counts`` (B,) committed."""
+    rows, k = accepted.shape
+    stats.add_tally(*tally_turns(torch.full((rows,), k), accepted.long().sum(1), counts,
+                                 torch.zeros(rows, dtype=torch.bool), k))
 
 
 def test_empty_stats():
@@ -19,10 +27,9 @@ def test_empty_stats():
 def test_scripted_iterations():
     s = SpecDecStats()
     # Turn 1, B=3, K=3: rows accept 3, 1, 0 drafts and commit 4, 2, 1 tokens.
-    s.record_iteration(torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]]).bool(),
-                       torch.tensor([4, 2, 1]))
+    record(s, torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]]).bool(), torch.tensor([4, 2, 1]))
     # Turn 2, B=2 (one row finished), K=3: accept 2 and 0.
-    s.record_iteration(torch.tensor([[1, 1, 0], [0, 0, 0]]).bool(), torch.tensor([3, 1]))
+    record(s, torch.tensor([[1, 1, 0], [0, 0, 0]]).bool(), torch.tensor([3, 1]))
     s.sentences = 3
     assert s.iterations == 5  # 3 + 2 row-iterations
     assert s.tokens == 11  # 4+2+1 + 3+1
@@ -39,9 +46,9 @@ def test_scripted_iterations():
 def test_k_changes_between_iterations():
     # K=1 then K=3 then K=0 (at the max length): slots grow, only drafted slots count.
     s = SpecDecStats()
-    s.record_iteration(torch.tensor([[True], [False]]), torch.tensor([2, 1]))
-    s.record_iteration(torch.tensor([[True, True, False]]), torch.tensor([3]))
-    s.record_iteration(torch.zeros(2, 0, dtype=torch.bool), torch.tensor([1, 1]))
+    record(s, torch.tensor([[True], [False]]), torch.tensor([2, 1]))
+    record(s, torch.tensor([[True, True, False]]), torch.tensor([3]))
+    record(s, torch.zeros(2, 0, dtype=torch.bool), torch.tensor([1, 1]))
     assert s.accepted_per_slot == [2, 1, 0]
     assert s.drafted_per_slot == [3, 1, 1]
     assert s.iterations == 5 and s.tokens == 8
@@ -55,7 +62,7 @@ def test_invariants_over_random_turns(batch, k):
     for _ in range(6):
         num = torch.randint(0, k + 1, (batch,), generator=g)
         accepted = torch.arange(k).unsqueeze(0) < num.unsqueeze(1)
-        s.record_iteration(accepted, num + 1)
+        record(s, accepted, num + 1)
     assert s.iterations == 6 * batch
     assert 1.0 <= s.mean_accepted_tokens <= k + 1
     # A slot is accepted only if every earlier one was: counts never increase.
