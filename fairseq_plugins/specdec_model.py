@@ -13,6 +13,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_wmt_en_de
 
+from nmt_specdec.checkpoints import specdec_task_for
 from nmt_specdec.decoding.options import DecodingOptions, flag_names
 from nmt_specdec.model.draft_head import FORMAT_VERSION, DraftHead
 from nmt_specdec.errors import CheckpointError, UserError
@@ -59,12 +60,16 @@ class SpecDecTransformerModel(TransformerModel):
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt",
                         data_name_or_path=".", **kwargs):
         """fairseq's hub loader; the decoding flags (``spec_decoding=``, ``spec_k=``,
-        ``backend=``...) are set on the task config after loading, because fairseq applies
-        keyword overrides only to options the checkpoint saved, and checkpoints older than
-        an option lack it."""
+        ``backend=``, ``draft_head=``...) are set on the task config after loading, because
+        fairseq applies keyword overrides only to options the checkpoint saved, and
+        checkpoints older than an option lack it. A stock transformer's ``translation``
+        task becomes ``translation_specdec`` for them."""
         late = {name: kwargs.pop(name) for name in flag_names() if name in kwargs}
         hub = super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
                                       **kwargs)
+        if not late:
+            return hub
+        hub.task = specdec_task_for(hub.task)  # a stock translation task decodes through ours
         for name, value in late.items():
             setattr(hub.task.cfg, name, value)
         DecodingOptions.from_flags(hub.task.cfg)  # a bad value fails here, in one line

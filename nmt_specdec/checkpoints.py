@@ -254,6 +254,11 @@ def _explain(exc: BaseException, paths: Sequence[Any]) -> Optional[CheckpointErr
     """A one-line error for a load failure we can attribute, else ``None``."""
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
+    if "Could not infer language pair" in str(exc):  # translation.setup_task, an Exception
+        return CheckpointError(
+            f"{', '.join(map(str, paths))}: its task records no language pair and the data "
+            "directory has no split files to read it from: give -s/--source-lang and "
+            "-t/--target-lang")
     error = state_dict_mismatch(exc, ", ".join(map(str, paths)))
     if error is not None or not isinstance(
         exc, (KeyError, RuntimeError, IndexError, AttributeError, TypeError)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from torch import nn
@@ -30,6 +31,7 @@ from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
+from nmt_specdec.model.head_file import attach_head_file
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generati
     if options.spec_decoding or options.deterministic:
         refuse_unsupported(generation_args, options.deterministic, generator_arguments)
         check_decodable(model)
+    if options.draft_head:
+        _attach_head(model, options)
     LengthRules.from_generation_args(generation_args, model).refuse_impossible()
     if options.spec_decoding:
         fast = _spec_generator(model, tgt_dict, options, generation_args)
@@ -81,6 +85,18 @@ def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generati
     if not options.deterministic:
         return fast
     return _deterministic(model, tgt_dict, options, generation_args, fast)
+
+
+def _attach_head(model: nn.Module, options: DecodingOptions) -> None:
+    """Attaches ``--draft-head`` to the model once (a command may build several
+    generators on one model); warns where nothing drafts with it."""
+    if not options.spec_decoding or options.drafter != "head":
+        logger.warning("--draft-head drafts for --spec-decoding with --spec-drafter head: "
+                       "ignored here")
+        return
+    if getattr(model, "draft_head_file", None) != options.draft_head:
+        attach_head_file(model, Path(options.draft_head))
+        model.draft_head_file = options.draft_head
 
 
 def fairseq_generator(task, model: nn.Module, generation_args) -> Callable[[], Any]:

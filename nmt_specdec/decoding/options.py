@@ -78,6 +78,10 @@ class DecodingOptions:
         "head", "what drafts: head (the model's draft head) or verifier-int8 (the verifier's "
         "own 8-bit copy, token by token: no draft head needed, near-oracle acceptance; "
         "--backend onnxruntime, fp32). Output unchanged at beta=1", "spec_drafter", DRAFTERS)
+    draft_head: str = _option(
+        "", "a draft head file (nmt-specdec-add-draft-head writes OUT/head.pt) to attach to "
+        "the checkpoint's verifier, the one it was trained on (another is refused): a stock "
+        "transformer checkpoint then drafts with it", "draft_head")
     backend: str = _option(
         DEFAULT_BACKEND, f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "
         "(torch: eager, any device; onnxruntime: CPU graphs exported once per checkpoint, "
@@ -184,6 +188,11 @@ def option_flag(name: str) -> str:
     """The command-line flag of the field ``name`` of :class:`DecodingOptions`
     (``--spec-k`` for ``k``)."""
     return "--" + DecodingOptions.__dataclass_fields__[name].metadata["flag"].replace("_", "-")
+
+
+def option_help(name: str) -> str:
+    """What the field ``name`` of :class:`DecodingOptions` does (its flag's help)."""
+    return DecodingOptions.__dataclass_fields__[name].metadata["help"]
 
 
 def flag_fields() -> List[Tuple[str, Any, Any]]:

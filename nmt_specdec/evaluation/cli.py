@@ -27,7 +27,7 @@ from nmt_specdec import checkpoints
 from nmt_specdec import logs
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND
 from nmt_specdec.arguments import HelpFormatter, add_deprecated_alias
-from nmt_specdec.decoding.options import DRAFTERS, option_flag
+from nmt_specdec.decoding.options import DRAFTERS, option_flag, option_help
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
 
@@ -71,6 +71,7 @@ def _add_input_args(group) -> None:
         "dictionaries (default dictionaries: the checkpoint's dir)",
     )
     group.add_argument("--split", default="test", help="split of --data to decode")
+    group.add_argument("--draft-head", metavar="HEAD.pt", help=option_help("draft_head"))
     group.add_argument(
         "--source-lang", "-s", help="source language (default: checkpoint's)"
     )

@@ -20,6 +20,7 @@ class EvalConfig:
         checkpoint: fairseq checkpoint (``.pt``) to evaluate.
         out: output directory for results.json, results.md and the plot.
         data: fairseq binarized data dir (test split and dictionaries).
+        draft_head: a draft head file attached to the checkpoint's verifier.
         split: split of ``data`` to decode.
         source_lang: source language (default: the checkpoint's).
         target_lang: target language (default: the checkpoint's).
@@ -71,6 +72,7 @@ class EvalConfig:
     checkpoint: str
     out: str
     data: Optional[str] = None
+    draft_head: Optional[str] = None
     split: str = "test"
     source_lang: Optional[str] = None
     target_lang: Optional[str] = None

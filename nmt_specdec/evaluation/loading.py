@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Tuple
 
@@ -11,6 +12,7 @@ from fairseq.dataclass.configs import GenerationConfig
 from torch import nn
 
 from nmt_specdec import checkpoints
+from nmt_specdec.model.head_file import attach_head_file
 from nmt_specdec.decoding.build import build_decoder, fairseq_generator, resolve
 from nmt_specdec.evaluation.config import DecoderSpec, EvalConfig
 
@@ -30,6 +32,8 @@ def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, o
     # Not stock-only: a stock transformer decodes with the engine too.
     model, task = checkpoints.load(cfg.checkpoint, overrides, specdec_task=not cfg.stock_only)
     model = model.to(device)
+    if cfg.draft_head:
+        attach_head_file(model.eval(), Path(cfg.draft_head))
     # As fairseq-generate: eval mode, generation-only optimisations.
     model.prepare_for_inference_(
         SimpleNamespace(generation=generation_config(cfg, beam=1))
@@ -93,10 +97,7 @@ def prepare_model(model: nn.Module, spec: DecoderSpec) -> None:
 
 def parameter_counts(model: nn.Module) -> dict:
     """Parameters of the verifier (encoder + AR decoder) and of the draft head."""
-    total = sum(p.numel() for p in model.parameters())
-    if hasattr(model, "draft_head"):
-        draft = sum(p.numel() for p in model.draft_head.parameters())
-        verifier = sum(p.numel() for p in model.verifier_parameters())
-    else:
-        draft, verifier = 0, total
-    return {"verifier": verifier, "draft_head": draft, "total": total}
+    total = sum(p.numel() for p in model.parameters())  # shared ones once
+    draft = (sum(p.numel() for p in model.draft_head.parameters())
+             if hasattr(model, "draft_head") else 0)
+    return {"verifier": total - draft, "draft_head": draft, "total": total}

@@ -13,8 +13,9 @@ One resumable command (``nmt-specdec-add-draft-head``):
    cuts of them (:mod:`nmt_specdec.model.draft_examples`); ``--budget-minutes`` bounds
    it and an interrupted run resumes from ``checkpoint_last.pt``;
 3. ``finish``: ``{out}/model.pt`` (no optimizer state) after checking that every
-   verifier weight is bit-identical to the input, then tokens per iteration and
-   acceptance per slot on the valid split with beta=1.
+   verifier weight is bit-identical to the input, the head alone as
+   ``{out}/head.pt`` (``--draft-head`` attaches it to the input checkpoint), then
+   tokens per iteration and acceptance per slot on the valid split with beta=1.
 
 Each step is an ordinary fairseq command underneath; the flags are logged.
 The libraries' INFO logs are shown only with ``-v/--verbose``.
@@ -268,17 +269,23 @@ def run(cfg: AddHeadConfig) -> Dict:
     save_dir = cfg.out / "checkpoints"
     flags = train_flags(cfg, data, model_args, src, tgt, save_dir)
     info = train_recipe.train(flags, save_dir, cfg.out / "train.log", cfg.threads, REPO_ROOT)
-    from nmt_specdec.workflows.head_report import acceptance_report, finish_checkpoint
+    from nmt_specdec.workflows.head_report import (
+        acceptance_report,
+        finish_checkpoint,
+        write_head_beside,
+    )
 
     model_path = cfg.out / "model.pt"
     finish_checkpoint(Path(info.checkpoint), cfg.checkpoint, model_path)
+    head_path = write_head_beside(model_path, data)
     report = acceptance_report(model_path, data, "valid", list(range(1, cfg.k + 1)),
                                cfg.valid_sentences, cfg.threads)
-    report.update(train=asdict(info), command=" ".join(sys.argv),
+    report.update(train=asdict(info), command=" ".join(sys.argv), head_file=str(head_path),
                   wall_minutes=(time.monotonic() - started) / 60, config=_jsonable(cfg))
     with atomic_text(cfg.out / REPORT) as handle:
         json.dump(report, handle, indent=1)
-    LOG.info("wrote %s (verifier bit-identical to %s)", model_path, cfg.checkpoint)
+    LOG.info("wrote %s (verifier bit-identical to %s) and its head alone, %s (for "
+             "--draft-head on %s)", model_path, cfg.checkpoint, head_path, cfg.checkpoint)
     return report
 
 

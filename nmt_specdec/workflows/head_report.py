@@ -1,7 +1,8 @@
 """After a draft head is trained: the shipped checkpoint and its acceptance figures.
 
 ``finish_checkpoint`` writes the checkpoint without optimizer state, refusing
-to if any verifier weight differs from the stock model it was attached to.
+to if any verifier weight differs from the stock model it was attached to;
+``write_head_beside`` writes its head alone, for ``--draft-head``.
 ``acceptance_report`` decodes a split with beta=1 at several K and reports
 tokens per iteration, acceptance per slot and agreement with fairseq's greedy
 search.
@@ -36,6 +37,17 @@ def finish_checkpoint(trained: Path, verifier: Path, out: Path) -> None:
                         f"({len(changed)} tensors, e.g. {changed[0]})")
     # The same decoding-only form as a shipped model, at full precision.
     save_compact(state, out, dtype=torch.float32)
+
+
+def write_head_beside(checkpoint: Path, data: Path) -> Path:
+    """Writes the draft head of the joint ``checkpoint`` as ``head.pt`` beside it:
+    the file ``--draft-head`` attaches to the stock verifier."""
+    from nmt_specdec import checkpoints
+    from nmt_specdec.model.head_file import write_head_file
+
+    checkpoints.register_plugin()
+    model, _ = checkpoints.load(str(checkpoint), {"data": str(data)})
+    return write_head_file(model, checkpoint.with_name("head.pt"))
 
 
 def _batches(dataset, count: int, size: int):

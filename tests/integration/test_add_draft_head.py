@@ -76,3 +76,37 @@ def test_checkpoint_decodes_with_fairseq_generate(added, flags) -> None:
         "--task", "translation_specdec", "--batch-size", "8", "--cpu",
         "--user-dir", PLUGINS_DIR, *flags])
     assert len(hypotheses(result.stdout)) > 0
+
+
+def test_the_head_file_drafts_for_the_stock_checkpoint(added) -> None:
+    """``head.pt`` beside ``model.pt``, attached by ``--draft-head`` to the input
+    checkpoint: the same output as the joint checkpoint, in a file a fraction of its size."""
+    cfg, report = added
+    head = cfg.out / "head.pt"
+    assert report["head_file"] == str(head)
+    assert head.stat().st_size < (cfg.out / "model.pt").stat().st_size / 2
+    common = [cfg.data, "--gen-subset", "valid", "--task", "translation_specdec",
+              "--batch-size", "8", "--cpu", "--user-dir", PLUGINS_DIR, "--beam", "1",
+              "--spec-decoding", "--spec-k", "3"]
+    joint = hypotheses(run_cli("generate", [*common, "--path", cfg.out / "model.pt"]).stdout)
+    stock = hypotheses(run_cli("generate", [*common, "--path", cfg.checkpoint,
+                                            "--draft-head", head]).stdout)
+    assert stock == joint and len(stock) > 0
+
+
+def test_the_hub_attaches_the_head_file(added) -> None:
+    """``draft_head=`` on the hub: a stock checkpoint's ``translation`` task
+    decodes through ``translation_specdec`` with the head, as greedy (beta=1)."""
+    from fairseq_plugins.specdec_model import SpecDecTransformerModel
+    from tests.helpers.fairseq_toy import TOY_ALPHABET
+
+    cfg, _ = added
+    sentences = [" ".join(TOY_ALPHABET[i: i + 6]) for i in range(0, 12, 3)]
+    outputs = []
+    for spec in ({}, {"spec_decoding": True, "spec_k": "3", "draft_head": str(cfg.out / "head.pt")}):
+        hub = SpecDecTransformerModel.from_pretrained(
+            str(cfg.checkpoint.parent), checkpoint_file=cfg.checkpoint.name,
+            data_name_or_path=str(cfg.data), **spec)
+        outputs.append(hub.translate(sentences, beam=1))
+    assert hasattr(hub.models[0], "draft_head")
+    assert outputs[1] == outputs[0] and all(outputs[0])

@@ -27,6 +27,9 @@ NOT_DECODING_OPTIONS = {
     # nmt-specdec-evaluate's --int8/--fused-draft add rows (the onnxruntime rows again
     # with the option on); each row decodes with its own DecodingOptions.
     ("EvalConfig", "int8"), ("EvalConfig", "fused_draft"),
+    # nmt-specdec-evaluate attaches --draft-head once, when it loads the model that
+    # every row (stock, CTranslate2, half-precision copies) decodes from.
+    ("EvalConfig", "draft_head"),
     # The draft block size a new head is trained for, not a decoding option.
     ("AddHeadConfig", "k"),
 }

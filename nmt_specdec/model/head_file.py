@@ -1,0 +1,117 @@
+"""A draft head in a file of its own, attached to the verifier it was trained on.
+
+A joint checkpoint carries the verifier and its head together (a 2 MB head
+travels as a 20 MB model, 17 MB as 114 MB for Transformer-base). A head file
+holds the head's weights (half precision), its shape and its verifier's
+fingerprint; :func:`attach_head_file` builds the head onto a stock
+``transformer`` model, which then drafts as a joint one does.
+
+The fingerprint is the sha256 of the verifier's parameters (encoder and
+decoder, by name) rounded to half precision: the same verifier loaded in fp32
+or cast to fp16 matches, and a bf16 cast is matched by the bf16 fingerprint
+that the file records beside it. Any other verifier is refused in one line.
+Files load weights-only (``torch.load(weights_only=True)``): nothing pickled runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Dict
+
+import torch
+from torch import nn
+
+from nmt_specdec.errors import CheckpointError
+from nmt_specdec.model.draft_head import DraftHead
+
+MARKER = "nmt_specdec_draft_head"
+FORMAT = 1
+# DraftHead's constructor arguments (and the model's K), as the file stores them.
+SHAPE_FIELDS = ("layers", "untie_output", "vocab_size", "refine_layers", "refine_steps",
+                "block_size")
+
+
+def verifier_fingerprints(model: nn.Module) -> Dict[str, str]:
+    """``{"float16": sha256, "bfloat16": sha256}`` of ``model``'s verifier
+    (its encoder and decoder parameters, sorted by name, rounded to each type)."""
+    named = sorted([(f"encoder.{name}", p) for name, p in model.encoder.named_parameters()]
+                   + [(f"decoder.{name}", p) for name, p in model.decoder.named_parameters()])
+    fingerprints = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        digest = hashlib.sha256()
+        for name, param in named:
+            rounded = param.detach().to(device="cpu", dtype=dtype).contiguous()
+            digest.update(f"{name}|{tuple(rounded.shape)}|".encode())
+            digest.update(rounded.reshape(-1).view(torch.uint8).numpy())
+        fingerprints[str(dtype).replace("torch.", "")] = digest.hexdigest()
+    return fingerprints
+
+
+def head_shape(model: nn.Module) -> Dict[str, object]:
+    """The arguments that rebuild ``model.draft_head`` (and the model's K)."""
+    head: DraftHead = model.draft_head
+    return {"layers": len(head.layers), "untie_output": head.output_projection is not None,
+            "vocab_size": head.vocab_size, "refine_layers": len(head.refine_layers),
+            "refine_steps": head.refine_steps or 1, "block_size": int(model.draft_block_size)}
+
+
+def write_head_file(model: nn.Module, path: Path) -> Path:
+    """Writes ``model``'s draft head, in half precision, with its verifier's fingerprints."""
+    weights = {name: (tensor.detach().cpu().half() if tensor.is_floating_point()
+                      else tensor.detach().cpu())
+               for name, tensor in model.draft_head.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".tmp")
+    torch.save({MARKER: FORMAT, "verifier": verifier_fingerprints(model),
+                "shape": head_shape(model), "weights": weights}, partial)
+    partial.replace(path)
+    return path
+
+
+def attach_head_file(model: nn.Module, path: Path) -> None:
+    """Builds the head in ``path`` onto ``model`` (a stock transformer: eval mode,
+    on its device, in its precision), as ``model.draft_head`` with its K.
+
+    Raises:
+        CheckpointError: not a head file, or a head of another verifier (one line).
+    """
+    content = _read(path)
+    dtype = model.decoder.embed_tokens.weight.dtype
+    kind = "bfloat16" if dtype == torch.bfloat16 else "float16"
+    if content["verifier"].get(kind) != verifier_fingerprints(model)[kind]:
+        raise CheckpointError(f"--draft-head {path}: this head was trained on another verifier "
+                              "(its fingerprint differs from this checkpoint's)")
+    if hasattr(model, "draft_head"):
+        raise CheckpointError(f"--draft-head {path}: the checkpoint already has a draft head")
+    shape = content["shape"]
+    head = DraftHead(model.decoder, shape["layers"], shape["untie_output"], shape["vocab_size"],
+                     shape["refine_layers"], shape["refine_steps"])
+    try:
+        head.load_state_dict(content["weights"])
+    except RuntimeError as error:  # missing, unexpected or misshapen weights
+        raise CheckpointError(f"--draft-head {path}: its weights do not fit its shape "
+                              f"({str(error).splitlines()[0]})") from None
+    device = model.decoder.embed_tokens.weight.device
+    model.draft_head = head.to(device=device, dtype=dtype).eval()
+    model.draft_block_size = shape["block_size"]
+
+
+def _read(path: Path) -> Dict:
+    """The file's content, checked for its marker and fields."""
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"--draft-head {path}: no such file") from None
+    except Exception as error:  # not a torch file, truncated, or pickled code
+        raise CheckpointError(f"--draft-head {path}: not a draft head file "
+                              f"({type(error).__name__})") from None
+    if not isinstance(content, dict) or content.get(MARKER) != FORMAT:
+        raise CheckpointError(f"--draft-head {path}: not a draft head file (format "
+                              f"{FORMAT} of nmt-specdec-add-draft-head)")
+    shape = content.get("shape")
+    if (not isinstance(shape, dict) or set(shape) != set(SHAPE_FIELDS)
+            or not isinstance(content.get("weights"), dict)
+            or not isinstance(content.get("verifier"), dict)):
+        raise CheckpointError(f"--draft-head {path}: a damaged draft head file")
+    return content
