@@ -126,6 +126,11 @@ def _hides_library_syntax(item: tuple) -> bool:
     return item[2] is SyntaxWarning and getattr(module, "pattern", module) == LIBRARY_SOURCES
 
 
+def verbose() -> bool:
+    """Whether :func:`setup` was asked to show the libraries' INFO logs."""
+    return _verbose
+
+
 @contextlib.contextmanager
 def quiet(*names: str) -> Iterator[None]:
     """Within the block, the named libraries' loggers drop records below WARNING,

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from nmt_specdec import logs
 from nmt_specdec.data.steps import LOG, RecipeError, atomic_text
 
 # Hydra groups whose ``_name`` becomes the flag on the left.
@@ -138,8 +139,8 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
 
     A run whose ``recipe_settings.json`` differs from ``flags`` is wiped first:
     fairseq would otherwise resume a checkpoint trained with other settings.
-    fairseq prints its progress straight to the terminal; a copy goes to
-    ``log_path``.
+    fairseq's output goes to ``log_path``; the terminal gets its progress (each
+    epoch's summary; every line with ``--verbose``).
 
     Args:
         flags: ``fairseq-train`` arguments (must include ``--save-dir save_dir``).
@@ -163,7 +164,7 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "fairseq_cli.train", *flags]
-    LOG.info("running fairseq-train %s", " ".join(flags))
+    LOG.info("running fairseq-train %s (its log: %s)", " ".join(flags), log_path)
     start = time.monotonic()
     text = _run_teed(cmd, env, cwd, log_path)
     updates, valid_loss, seconds = parse_train_log(text)
@@ -190,8 +191,13 @@ def read_train_info(save_dir: Path) -> TrainInfo:
     return TrainInfo(**json.loads((save_dir / INFO_FILE).read_text(encoding="utf-8")))
 
 
+# fairseq-train's lines shown without --verbose: one per epoch and the end.
+_PROGRESS = re.compile(r"\| (train|valid) \| epoch |done training in ")
+
+
 def _run_teed(cmd: list[str], env: dict, cwd: Path, log_path: Path) -> str:
-    """Run ``cmd``, echoing its merged output and appending it to ``log_path``."""
+    """Run ``cmd``, appending its merged output to ``log_path`` and echoing its
+    progress (every line with ``--verbose``; else each epoch's summary and the end)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
@@ -200,8 +206,9 @@ def _run_teed(cmd: list[str], env: dict, cwd: Path, log_path: Path) -> str:
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            if logs.verbose() or _PROGRESS.search(line):
+                sys.stdout.write(line)
+                sys.stdout.flush()
             log.write(line)
             lines.append(line)
     if proc.returncode != 0:
