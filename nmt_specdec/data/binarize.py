@@ -57,14 +57,13 @@ def run(flags: Dict) -> Path:
     for path in (vocab.spm_model, vocab.src_dict, vocab.tgt_dict):
         if not path.is_file():
             raise UserError(f"{path}: no such file")
-    _check_pairs(prefixes, langs)
+    pairs = _count_pairs(prefixes, langs)
     with tempfile.TemporaryDirectory(prefix="nmt-specdec-binarize-") as pieces:
         for split, prefix in prefixes.items():
             for lang in langs:
                 encode_file(vocab.spm_model, _text(prefix, lang), Path(pieces) / f"{split}.{lang}")
         binarize(Path(pieces), flags["destdir"], langs, tuple(prefixes), flags["workers"], vocab)
-    lines = {split: count_lines(_text(prefix, langs[0])) for split, prefix in prefixes.items()}
-    print(f"{flags['destdir']}: " + ", ".join(f"{split} {n} pairs" for split, n in lines.items()))
+    print(f"{flags['destdir']}: " + ", ".join(f"{split} {n} pairs" for split, n in pairs.items()))
     return flags["destdir"]
 
 
@@ -72,8 +71,10 @@ def _text(prefix: Path, lang: str) -> Path:
     return prefix.with_name(f"{prefix.name}.{lang}")
 
 
-def _check_pairs(prefixes: Dict[str, Path], langs) -> None:
-    """Every split has both sides, with as many lines on each (fairseq pairs them by line)."""
+def _count_pairs(prefixes: Dict[str, Path], langs) -> Dict[str, int]:
+    """Each split's pairs, after checking that it has both sides with as many lines
+    on each (fairseq pairs them by line)."""
+    pairs = {}
     for split, prefix in prefixes.items():
         files = [_text(prefix, lang) for lang in langs]
         for path in files:
@@ -85,6 +86,8 @@ def _check_pairs(prefixes: Dict[str, Path], langs) -> None:
                             f"{counts[1]}: a parallel split needs one line per pair")
         if not counts[0]:
             raise UserError(f"--{split}pref: {files[0]} is empty")
+        pairs[split] = counts[0]
+    return pairs
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -15,7 +15,6 @@ Files load weights-only (``torch.load(weights_only=True)``): nothing pickled run
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Dict
 
@@ -23,29 +22,30 @@ import torch
 from torch import nn
 
 from nmt_specdec.errors import CheckpointError
+from nmt_specdec.hashing import tensors_sha256
 from nmt_specdec.model.draft_head import DraftHead
 
 MARKER = "nmt_specdec_draft_head"
 FORMAT = 1
 # DraftHead's constructor arguments (and the model's K), as the file stores them.
+HALF_TYPES = (torch.float16, torch.bfloat16)
 SHAPE_FIELDS = ("layers", "untie_output", "vocab_size", "refine_layers", "refine_steps",
                 "block_size")
 
 
-def verifier_fingerprints(model: nn.Module) -> Dict[str, str]:
-    """``{"float16": sha256, "bfloat16": sha256}`` of ``model``'s verifier
-    (its encoder and decoder parameters, sorted by name, rounded to each type)."""
+def verifier_fingerprint(model: nn.Module, dtype: torch.dtype) -> str:
+    """sha256 of ``model``'s verifier: its encoder and decoder parameters, sorted
+    by name, rounded to ``dtype``."""
     named = sorted([(f"encoder.{name}", p) for name, p in model.encoder.named_parameters()]
                    + [(f"decoder.{name}", p) for name, p in model.decoder.named_parameters()])
-    fingerprints = {}
-    for dtype in (torch.float16, torch.bfloat16):
-        digest = hashlib.sha256()
-        for name, param in named:
-            rounded = param.detach().to(device="cpu", dtype=dtype).contiguous()
-            digest.update(f"{name}|{tuple(rounded.shape)}|".encode())
-            digest.update(rounded.reshape(-1).view(torch.uint8).numpy())
-        fingerprints[str(dtype).replace("torch.", "")] = digest.hexdigest()
-    return fingerprints
+    return tensors_sha256((name, param.detach().to(dtype)) for name, param in named)
+
+
+def verifier_fingerprints(model: nn.Module) -> Dict[str, str]:
+    """``{"float16": sha256, "bfloat16": sha256}``: :func:`verifier_fingerprint`
+    rounded to each half type (what a head file records)."""
+    return {str(dtype).replace("torch.", ""): verifier_fingerprint(model, dtype)
+            for dtype in HALF_TYPES}
 
 
 def head_shape(model: nn.Module) -> Dict[str, object]:
@@ -78,8 +78,9 @@ def attach_head_file(model: nn.Module, path: Path) -> None:
     """
     content = _read(path)
     dtype = model.decoder.embed_tokens.weight.dtype
-    kind = "bfloat16" if dtype == torch.bfloat16 else "float16"
-    if content["verifier"].get(kind) != verifier_fingerprints(model)[kind]:
+    rounded = torch.bfloat16 if dtype == torch.bfloat16 else torch.float16
+    kind = str(rounded).replace("torch.", "")
+    if content["verifier"].get(kind) != verifier_fingerprint(model, rounded):
         raise CheckpointError(f"--draft-head {path}: this head was trained on another verifier "
                               "(its fingerprint differs from this checkpoint's)")
     if hasattr(model, "draft_head"):

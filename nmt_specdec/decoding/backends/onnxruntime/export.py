@@ -19,7 +19,6 @@ else ``~/.cache/nmt_specdec/onnx``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -44,7 +43,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
 from nmt_specdec.errors import UserError
-from nmt_specdec.hashing import file_sha256
+from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +60,7 @@ def cache_root() -> Path:
 
 def weights_sha256(model: nn.Module) -> str:
     """sha256 over the model's state dict (sorted names, dtypes, shapes, bytes)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b"")
-    return digest.hexdigest()
+    return tensors_sha256(sorted(model.state_dict().items()))
 
 
 def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
