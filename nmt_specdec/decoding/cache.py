@@ -7,6 +7,11 @@ all: a row's valid length is its committed length, kept by the loop, and slots
 past it are masked out and overwritten by the next pass. Committed entries are
 never moved or copied; finished rows leave with one gather over the used width.
 
+A *fixed* cache (``fixed=True``, the static loop's) holds all its slots from the
+start and every pass attends over all of them, masked by each row's length: the
+shapes of a pass never change from turn to turn, so a pass can be captured as a
+CUDA graph and replayed (cf. gpt-fast's and HF's static caches).
+
 Shapes: L layers, B rows, H heads, T slots, D head dim, N new positions.
 """
 
@@ -30,11 +35,15 @@ class StaticKVCache:
             slot); 0: all ``slots`` at once.
         spare: the first buffers of a finished batch's cache, taken over (zeroed)
             where they have this cache's first shape (see :meth:`first_buffers`).
+        fixed: every pass attends over all ``slots`` (see the module's docstring);
+            ``grow_by`` is then ignored.
     """
 
     def __init__(self, layers: int, batch: int, heads: int, slots: int, head_dim: int,
-                 like: Tensor, grow_by: int = 0, spare: Optional[Tuple[Tensor, Tensor]] = None):
-        self.max_slots, self.grow_by = slots, grow_by
+                 like: Tensor, grow_by: int = 0, spare: Optional[Tuple[Tensor, Tensor]] = None,
+                 fixed: bool = False):
+        grow_by = 0 if fixed else grow_by
+        self.max_slots, self.grow_by, self.fixed = slots, grow_by, fixed
         shape = (layers, batch, heads, min(slots, grow_by) if grow_by else slots, head_dim)
         # Zeros, not empty: masked slots still enter the attention arithmetic
         # (weight 0 times a stale value), and uninitialised memory may hold NaN.
@@ -51,6 +60,8 @@ class StaticKVCache:
         self._uniform_start: Optional[int] = None  # set when every row starts there
         self._host_views: Optional[tuple] = None  # see _host
         self._new_views: Optional[tuple] = None  # see _host_new
+        # A fixed cache's slot numbers 0..T-1 (also a pass's new-position offsets), made once.
+        self._key_slots = torch.arange(slots, device=like.device) if fixed else None
 
     def reserve(self, width: int) -> None:
         """Makes room for ``width`` slots (growing by whole chunks; the written
@@ -90,8 +101,14 @@ class StaticKVCache:
         Returns:
             (B or 1, 1, N, T') bool attention mask, T' = start_max + N: new input j
             of row b sees slots ``<= start[b] + j``; None when nothing is masked
-            (one new position at a uniform start, or ``mask`` False).
+            (one new position at a uniform start, or ``mask`` False). A fixed
+            cache ignores ``start_max`` and ``uniform`` and always returns the
+            (B, 1, N, T) mask over all its slots.
         """
+        if self.fixed:
+            self._uniform_start, self._pass_width = None, self.slots
+            self._slots = start.unsqueeze(1) + self._key_slots[:new]  # (B, N)
+            return (self._key_slots <= self._slots.unsqueeze(2)).unsqueeze(1)
         self._pass_width = start_max + new
         self.reserve(self._pass_width)
         self.width = max(self.width, self._pass_width)

@@ -9,7 +9,7 @@ Shapes: B active rows, T buffer width, K draft slots, C model dim.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 from torch import Tensor
 
@@ -57,6 +57,11 @@ class Drafter:
 
     def start_batch(self, sample: dict, encoder_out: Any) -> None:
         """Called once per batch before drafting; default: nothing to prepare."""
+
+    def pin_state(self, pin: Callable[[str, list], list]) -> None:
+        """Moves this batch's state (a list of tensors) into buffers kept across
+        batches, ``state = pin(name, state)``: the static loop's captured turns read
+        them at a fixed address. Default: no per-batch state."""
 
     def keep_rows(self, rows: Tensor) -> None:
         """Finished rows left the batch; ``rows`` (B',) are the survivors' old indices."""

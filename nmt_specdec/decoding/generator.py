@@ -22,7 +22,7 @@ from nmt_specdec.decoding.device import attention_kernels, model_device, on_devi
 from nmt_specdec.decoding.drafters import Drafter
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_decodable
-from nmt_specdec.decoding.loops import Loop, choose_loop
+from nmt_specdec.decoding.loops import Loop, StaticLoop, choose_loop
 from nmt_specdec.decoding.loops.single_row import RowBuffers
 from nmt_specdec.decoding.loops.steps import LoopParts, start_batch
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules, source_lengths
@@ -72,6 +72,9 @@ class SpecDecGenerator(nn.Module):
         self.symbols_to_strip_from_output = {self.eos}
         self.loop = loop
         self._row_buffers = RowBuffers()  # the single-row loop's, kept from sentence to sentence
+        # The static loop's workspaces and graphs, kept from batch to batch (torch passes only).
+        self._static = (StaticLoop(graphs=options.cuda_graphs == "on")
+                        if self.backend.name == "torch" else None)
 
     def reset_k_policy(self) -> None:
         """Forgets what ``--spec-k auto`` learned (acceptance, pass costs): the next
@@ -113,29 +116,67 @@ class SpecDecGenerator(nn.Module):
         # drafter's per-batch state is part of what drafting costs.
         started = time.perf_counter()
         self.k_policy.start_batch(max_len.numel())
-        # A batch that will not draft (--spec-k 0, or a greedy batch of --spec-k auto)
-        # reads no draft state: the torch drafter's would cost its cross keys/values.
-        if self.k_policy.may_draft and self.options.k:
-            self.drafter.start_batch(sample, encoder_out)
+        drafts = self.k_policy.may_draft and bool(self.options.k)
+        verifier = self.lean_verifier()
         bos = self.eos if bos_token is None else bos_token
-        finished = self.decode(self.lean_verifier(), encoder_out, max_len, bos, started)
+        loop = self.loop or choose_loop(max_len.numel(), self.options.k if drafts else 0,
+                                        verifier.embed.device, self.rules, self._row_buffers,
+                                        self._static)
+        if isinstance(loop, StaticLoop):
+            finished = self._decode_static(loop, sample, verifier, encoder_out, max_len, bos)
+            self._end_batch(finished, started)
+        else:
+            # A batch that will not draft (--spec-k 0, or a greedy batch of --spec-k
+            # auto) reads no draft state: the torch drafter's would cost its cross
+            # keys/values.
+            if drafts:
+                self.drafter.start_batch(sample, encoder_out)
+            finished = self.decode(verifier, encoder_out, max_len, bos, started, loop)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
     def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int,
-               started: Optional[float] = None) -> List[tuple]:
-        """Runs the loop (after ``k_policy.start_batch``); returns (tokens, scores,
-        iterations) per input row. ``started``: when the batch's timing for the K
-        policy began (default: now)."""
+               started: Optional[float] = None, loop: Optional[Loop] = None) -> List[tuple]:
+        """Runs a loop of dynamic shapes (after ``k_policy.start_batch``); returns
+        (tokens, scores, iterations) per input row. ``started``: when the batch's
+        timing for the K policy began (default: now); ``loop``: default
+        :func:`~.loops.choose_loop`'s choice among them."""
         started = time.perf_counter() if started is None else started
-        parts = LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
-                          verifier)
-        batch = start_batch(parts, encoder_out, max_len, bos)
-        loop = self.loop or choose_loop(len(batch.limits), batch.k_max, verifier.embed.device,
-                                        self.rules, self._row_buffers)
-        finished = loop(parts, batch)
+        batch = start_batch(self._parts(verifier), encoder_out, max_len, bos)
+        loop = loop or self.loop or choose_loop(len(batch.limits), batch.k_max,
+                                                verifier.embed.device, self.rules,
+                                                self._row_buffers)
+        finished = loop(self._parts(verifier), batch)
+        self._end_batch(finished, started)
+        return finished
+
+    def _decode_static(self, loop: StaticLoop, sample: dict, verifier: VerifierCalls,
+                       encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
+        """The static loop: the encoder output padded to the workspace's buckets,
+        the drafter started on it."""
+        parts = self._parts(verifier)
+        k_max = self.options.k if self.k_policy.may_draft else 0
+        limits = max_len.tolist()
+        shape = loop.shape(parts, encoder_out, limits, k_max)
+        encoder_out = loop.pad(encoder_out, shape)
+        if k_max:
+            self.drafter.start_batch(sample, encoder_out)
+        captured = loop.capture_seconds
+        finished = loop.decode(parts, encoder_out, max_len, limits, bos, shape)
+        self.stats.capture_seconds += loop.capture_seconds - captured
+        return finished
+
+    @property
+    def capture_seconds(self) -> float:
+        """Time this generator has spent capturing CUDA graphs, all batches so far."""
+        return 0.0 if self._static is None else self._static.capture_seconds
+
+    def _parts(self, verifier: VerifierCalls) -> LoopParts:
+        return LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
+                         verifier)
+
+    def _end_batch(self, finished: List[tuple], started: float) -> None:
         self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
                                 time.perf_counter() - started)
-        return finished
 
     def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
         """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""

@@ -87,6 +87,10 @@ class DecodingOptions:
         "(torch: eager, any device; onnxruntime: CPU graphs exported once per checkpoint, "
         "cached in ~/.cache/nmt_specdec/onnx; auto: the faster on the CPU, torch on a GPU)",
         "backend", BACKENDS)
+    cuda_graphs: str = _option(
+        "on", "on a GPU, decode in static shapes and replay each iteration as a captured CUDA "
+        "graph (on), or run the same static passes eagerly (off); the capture costs a few "
+        "passes once per shape and K. Same output", "cuda_graphs", ("on", "off"))
     int8: bool = _option(
         False, "with --backend onnxruntime: 8-bit weights in the verifier and draft graphs "
         "(beta=1 stays exactly the int8 verifier's greedy output)", "int8")
@@ -116,6 +120,8 @@ class DecodingOptions:
         if self.drafter not in DRAFTERS:
             raise UserError(f"--spec-drafter must be one of {', '.join(DRAFTERS)}, "
                             f"got {self.drafter!r}")
+        if self.cuda_graphs not in ("on", "off"):
+            raise UserError(f"--cuda-graphs must be on or off, got {self.cuda_graphs!r}")
         check_backend(self.backend, self.int8, self.fused_draft)
         if self.deterministic_window < 1:
             raise UserError(f"--deterministic-window must be >= 1, got {self.deterministic_window}")

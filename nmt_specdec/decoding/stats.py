@@ -40,6 +40,8 @@ class SpecDecStats:
         drafted_per_slot: how often draft slot i was proposed.
         k_chosen: loop turns (batch iterations) per drafted K (``--spec-k auto``
             varies it; a fixed K only shrinks near the length limit).
+        capture_seconds: time spent capturing CUDA graphs (inside decoding time:
+            subtract it for the time decoding itself takes).
     """
 
     sentences: int = 0
@@ -48,6 +50,7 @@ class SpecDecStats:
     accepted_per_slot: List[int] = field(default_factory=list)
     drafted_per_slot: List[int] = field(default_factory=list)
     k_chosen: Dict[int, int] = field(default_factory=dict)
+    capture_seconds: float = 0.0
 
     def add_tally(self, drafted_per_slot: List[int], accepted_per_slot: List[int],
                   iterations: int, tokens: int) -> None:

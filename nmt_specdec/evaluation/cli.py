@@ -182,6 +182,9 @@ def _add_grid_args(group) -> None:
     add("--fused-draft", action="store_true", help=_grid_help(
         "also run the onnxruntime SpecDec rows (K > 0) with one call per iteration",
         "fused_draft"))
+    add("--graphs-off", action="store_true", help=_grid_help(
+        "on a GPU, also run every torch row with its static passes eager (no CUDA graphs)",
+        "cuda_graphs"))
 
 
 def _add_timing_args(group) -> None:

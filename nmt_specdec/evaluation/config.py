@@ -48,6 +48,8 @@ class EvalConfig:
         int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
         fused_draft: also run the onnxruntime SpecDec rows (K > 0) with the draft
             head inside the verify call.
+        graphs_off: also run every torch row with ``--cuda-graphs off`` (a GPU's
+            static passes eager: what the graphs buy).
         drafters: who drafts the SpecDec rows with K > 0 (``--spec-drafter``);
             ``verifier-int8`` rows run on fp32 onnxruntime only.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier,
@@ -96,6 +98,7 @@ class EvalConfig:
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
     int8: bool = False
     fused_draft: bool = False
+    graphs_off: bool = False
     drafters: Tuple[str, ...] = ("head",)
     ct2: bool = False
     precisions: Tuple[str, ...] = ()
@@ -178,7 +181,8 @@ class DecoderSpec:
         half = "" if self.dtype == "float32" else f" {SHORT_DTYPE[self.dtype]}"
         if self.kind == "stock":
             return ("stock greedy" if self.beam == 1 else f"stock beam{self.beam}") + half
-        runtime = "" if self.backend == "torch" else (
+        runtime = (" [graphs off]" if self.decoding.cuda_graphs == "off" else "") \
+            if self.backend == "torch" else (
             f" [{self.backend}{' int8' if self.int8 else ''}"
             f"{' fused' if self.fused_draft else ''}]")
         if self.k == 0:
@@ -249,7 +253,11 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                 if ort and not int8 and not fused and "verifier-int8" in cfg.drafters:
                     specs += [_with(spec, backend=backend, drafter="verifier-int8")
                               for spec in grid if spec.k and spec.candidates == 1]
-    return specs + _half_precision_specs(cfg, grid)
+    specs += _half_precision_specs(cfg, grid)
+    if cfg.graphs_off:
+        specs += [_with(spec, cuda_graphs="off") for spec in specs
+                  if spec.kind == "specdec" and spec.backend == "torch"]
+    return specs
 
 
 def _half_precision_specs(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:

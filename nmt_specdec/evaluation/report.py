@@ -110,6 +110,9 @@ def make_row(
         "beta": run.spec.beta,
         "tau": run.spec.tau,
         "candidates": run.spec.candidates,
+        "cuda_graphs": run.spec.decoding.cuda_graphs if run.spec.kind == "specdec" else None,
+        # CUDA graph capture, over the whole run (warm-up included), not in wall_s.
+        "capture_s": getattr(run.generator, "capture_seconds", None),
         "batch_size": run.batch_size,
         **_timing_fields(run, baseline, engine_greedy),
         "sentences_per_s": num_sentences / seconds,

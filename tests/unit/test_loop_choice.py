@@ -39,3 +39,18 @@ def _named(loop):
 ])
 def test_the_loop_for_a_batch(rows, k_max, device, rules, expected):
     assert _named(choose_loop(rows, k_max, device, rules)) == expected
+
+
+@pytest.mark.parametrize("rows, k_max, device, rules, static_taken", [
+    (1, 4, CUDA, PLAIN, True),
+    (32, 0, CUDA, PLAIN, True),
+    (1, 4, CUDA, PLAIN._replace(temperature=0.7), False),  # only the batched loop applies it
+    (8, 2, CUDA, PLAIN._replace(no_repeat_ngram=3), False),
+    (1, 4, CPU, PLAIN, False),  # the CPU keeps its host loops
+    (8, 4, CPU, PLAIN, False),
+])
+def test_the_static_loop_on_a_gpu(rows, k_max, device, rules, static_taken):
+    from nmt_specdec.decoding.loops import StaticLoop
+
+    static = StaticLoop(graphs=True)
+    assert (choose_loop(rows, k_max, device, rules, static=static) is static) == static_taken

@@ -10,10 +10,13 @@ turn decides:
 - :func:`~.single_row.decode_single_row` (:mod:`.single_row`): one sentence,
   deciding on the host (numpy views of the scores, Python ints);
 - :func:`~.greedy_rows.decode_greedy_rows` (:mod:`.greedy_rows`): a batch that
-  never drafts, deciding on the host.
+  never drafts, deciding on the host;
+- :class:`~.static_rows.StaticLoop` (:mod:`.static_rows`): the batched loop's
+  turn in fixed shapes, finished rows kept and masked, replayed as a CUDA graph
+  per K on a GPU.
 
 On the CPU a turn's decision costs less on the host than in small tensor ops;
-on a GPU the batched loop's single read is cheaper than the host's several.
+on a GPU one graph launch and one read a turn are cheaper than anything else.
 Tests hold the host loops equal to the batched one token for token, score for
 score and iteration for iteration (``tests/integration/test_single_row.py``,
 ``test_greedy_rows.py``).
@@ -22,7 +25,7 @@ score and iteration for iteration (``tests/integration/test_single_row.py``,
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Union
 
 import torch
 
@@ -30,22 +33,29 @@ from nmt_specdec.decoding.decision.constraints import Constraints
 from nmt_specdec.decoding.loops.batched import decode_rows
 from nmt_specdec.decoding.loops.greedy_rows import decode_greedy_rows
 from nmt_specdec.decoding.loops.single_row import RowBuffers, decode_single_row
+from nmt_specdec.decoding.loops.static_rows import StaticLoop
 from nmt_specdec.decoding.loops.steps import Batch, LoopParts
 
-Loop = Callable[[LoopParts, Batch], List[Optional[tuple]]]
+Loop = Union[Callable[[LoopParts, Batch], List[Optional[tuple]]], StaticLoop]
 
 
 def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
-                kept: Optional[RowBuffers] = None) -> Loop:
+                kept: Optional[RowBuffers] = None,
+                static: Optional[StaticLoop] = None) -> Loop:
     """The loop for a batch of ``rows`` sentences that drafts up to ``k_max``.
 
-    The host loops apply fairseq's plain rules only (:attr:`~..decision.
-    constraints.Constraints.plain`); the batched loop applies every option.
+    The host loops and the static loop apply fairseq's plain rules only
+    (:attr:`~..decision.constraints.Constraints.plain`); the batched loop
+    applies every option.
 
     Args:
         device: where the verifier's scores are (host decisions on the CPU only).
         kept: the single-row loop's buffers, kept from sentence to sentence.
+        static: the generator's static loop, taken on a GPU (None: the torch
+            backend's passes are not there, e.g. another backend).
     """
+    if static is not None and device.type == "cuda" and rules.plain:
+        return static
     on_host = device.type == "cpu" and rules.plain
     if rows == 1 and on_host:
         return partial(decode_single_row, kept=kept)
@@ -54,4 +64,5 @@ def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
     return partial(decode_rows, greedy_on_host=on_host)
 
 
-__all__ = ["Loop", "choose_loop", "decode_rows", "decode_single_row", "decode_greedy_rows"]
+__all__ = ["Loop", "choose_loop", "decode_rows", "decode_single_row", "decode_greedy_rows",
+           "StaticLoop"]

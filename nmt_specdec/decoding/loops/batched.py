@@ -83,8 +83,8 @@ def decode_rows(parts: LoopParts, batch: Batch,
         k, checks = plan_turn(parts, k_max, turn, longest, limits)
         # Rows stay aligned while nothing is drafted, and a single row always is.
         uniform = active == 1 or (uniform and k == 0)
-        rows, commit, num_accepted = _turn(parts, rows, cache, cross, k, longest, uniform, checks,
-                                           greedy_on_host)
+        rows, commit, num_accepted = verify_turn(parts, rows, cache, cross, k, longest, uniform,
+                                                 checks, greedy_on_host)
         trace.append(Turn(k, num_accepted, commit.counts, commit.finished))
         turn += 1
         # The one host synchronisation of the iteration: lengths and finished
@@ -113,9 +113,21 @@ def decode_rows(parts: LoopParts, batch: Batch,
     return finished
 
 
-def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, uniform: bool,
-          checks: tuple, greedy_on_host: bool):
-    """One draft -> verify -> accept -> commit -> bookkeep turn of the active rows."""
+def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int,
+                uniform: bool, checks: tuple, greedy_on_host: bool,
+                live: Optional[Tensor] = None):
+    """One draft -> verify -> accept -> commit -> bookkeep turn of the active rows.
+
+    Args:
+        live: (B,) bool, the rows still decoding, where finished rows stay in the
+            batch (the static loop): the others commit nothing and keep their
+            state. None: every row is live.
+
+    Returns:
+        ``(rows, commit, num_accepted)``: the rows after the turn (new lengths and
+        states; tokens and scores written in place), the turn's commit and accepted
+        drafts per row.
+    """
     options = parts.options
     steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
     last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
@@ -159,12 +171,21 @@ def _turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int, unif
         slots = steps.unsqueeze(1) + torch.arange(scores.size(1), device=steps.device)
         scores = scores.masked_fill(
             commit.tokens.eq(parts.rules.eos) & (slots >= rows.max_len.unsqueeze(1)), 0.0)
-    # 4. bookkeep: the next draft reads the state that predicted the correction
-    write_committed_(rows, commit.tokens, scores, commit.counts)
-    index = acceptance.num_accepted.view(-1, 1, 1).expand(-1, 1, hidden.size(2))
-    rows = rows._replace(lengths=rows.lengths + commit.counts,
-                         states=hidden.gather(1, index).squeeze(1))
+    rows = _bookkeep(rows, commit, scores, hidden, acceptance.num_accepted, live)
     return rows, commit, acceptance.num_accepted
+
+
+def _bookkeep(rows: Rows, commit, scores: Tensor, hidden: Tensor, num_accepted: Tensor,
+              live: Optional[Tensor]) -> Rows:
+    """4. bookkeep: writes the committed tokens and scores in place; the rows' new
+    lengths and states (the next draft reads the state that predicted the correction)."""
+    counts = commit.counts if live is None else commit.counts * live
+    write_committed_(rows, commit.tokens, scores, counts)
+    index = num_accepted.view(-1, 1, 1).expand(-1, 1, hidden.size(2))
+    states = hidden.gather(1, index).squeeze(1)
+    if live is not None:
+        states = torch.where(live.unsqueeze(1), states, rows.states)
+    return rows._replace(lengths=rows.lengths + counts, states=states)
 
 
 def _with_search_rules(constrain, rules: Constraints, rows: Rows, inputs: Tensor,

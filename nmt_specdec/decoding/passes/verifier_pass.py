@@ -80,9 +80,10 @@ class LeanVerifier:
     def keep_rows(cross: List[CrossKV], rows: Tensor) -> List[CrossKV]:
         return [keep_cross_rows(kv, rows) for kv in cross]
 
-    def new_cache(self, batch: int, slots: int) -> StaticKVCache:
+    def new_cache(self, batch: int, slots: int, fixed: bool = False) -> StaticKVCache:
+        """An empty cache (``fixed``: passes attend over all its slots, see :mod:`...cache`)."""
         return StaticKVCache(len(self.layers), batch, self.heads, slots,
-                             self.dim // self.heads, like=self.embed)
+                             self.dim // self.heads, like=self.embed, fixed=fixed)
 
     def embed_inputs(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """(B, N) tokens at (B, N) 0-based positions -> (B, N, C), as fairseq embeds."""
@@ -121,7 +122,8 @@ class LeanVerifier:
             if uniform:  # the causal mask of the new block becomes the ancestors
                 mask[..., start_max:] = tree.ancestors.to(tokens.device)
             else:
-                mask = tree_attention_mask(start, new, start_max + new, tree.ancestors)
+                width = cache.slots if cache.fixed else start_max + new
+                mask = tree_attention_mask(start, new, width, tree.ancestors)
         positions = start.unsqueeze(1) + offsets  # (B, N)
         x = self.embed_inputs(tokens, positions)
         widths = None

@@ -35,8 +35,8 @@ class TorchVerifier(VerifierCalls):
     def keep_rows(self, cross: List[CrossKV], rows: Tensor) -> List[CrossKV]:
         return self.lean.keep_rows(cross, rows)
 
-    def new_cache(self, batch: int, slots: int) -> StaticKVCache:
-        return self.lean.new_cache(batch, slots)
+    def new_cache(self, batch: int, slots: int, fixed: bool = False) -> StaticKVCache:
+        return self.lean.new_cache(batch, slots, fixed)
 
     def verify(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
                cross: List[CrossKV], uniform: bool = False, tree=None) -> Verified:
@@ -68,6 +68,9 @@ class DraftHeadDrafter(Drafter):
 
     def keep_rows(self, rows: Tensor) -> None:
         self.lean.keep_rows(rows)
+
+    def pin_state(self, pin) -> None:
+        self.lean.cross = pin("draft_cross", self.lean.cross)
 
     def start_states(self, batch: int, like: Tensor) -> Tensor:
         return self.lean.start_states(batch).to(like)
