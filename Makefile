@@ -43,7 +43,7 @@ test: setup
 	$(VPY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
 
 # Decode the gettext test set with the shipped model (models/gettext-de-en-tiny, the default of
-# scripts/quickstart.py; --model models/ding-de-en-tiny decodes the Ding test set instead).
+# scripts/quickstart.py).
 quickstart: setup
 	$(VPY) scripts/quickstart.py
 

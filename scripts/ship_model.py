@@ -4,7 +4,7 @@
 Example (from the repository root)::
 
     python scripts/ship_model.py --checkpoint work/head/model.pt \\
-        --dictionaries VERIFIER_DIR --k 4 --corpus ding --out models/ding-de-en-tiny
+        --dictionaries VERIFIER_DIR --k 4 --corpus gettext --out models/my-de-en
 
 Writes ``model.pt`` (float16 weights, no training state, portable config),
 copies ``dict.*.txt`` and ``spm.model`` from ``--dictionaries`` (the directory

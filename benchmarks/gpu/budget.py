@@ -7,8 +7,8 @@ files travel too):
 
     python3 benchmarks/gpu/budget.py --carry .whl gpu_kit/carry
 
-Exit 1 when it does not fit; ``--without models/ding-de-en-tiny`` shows the
-size with that path moved out of the tree first.
+Exit 1 when it does not fit; ``--without PATH`` shows the size with that path
+moved out of the tree first.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
 #                      packages fixed to the shipped model's (stays here: ~125 MB with catalogs)
 #   gpu_kit/carry/     what travels: heldout/ (dictionaries, valid and test, binarized) and
 #                      train.tar.xz (the whole binarized train split, ~6.7 MB)
+#   gpu_kit/base1..3/  the reference base model in parts, one per call of plan S (base_parts.py)
 # Both folders are ignored through .git/info/exclude (never commit data). Every step is
 # skipped when its output exists; FORCE=1 redoes the packing. Run from the repository root:
 #   WHEELS_SH=path/to/wheels.sh bash benchmarks/gpu/prepare.sh
@@ -49,8 +50,14 @@ fi
 du -b "$carry"/train.tar.xz "$carry"/heldout .whl | awk '{printf "%8.2f MiB  %s\n", $1 / 1048576, $2}'
 sed -n '/^| split/,/^$/p' $KIT/gettext/DATA_CARD.md
 
-# 4. What each call would send now (others' untracked files count too: rerun before a call).
-echo "== calls with both shipped models in the tree"
+# 4. The reference base model in three parts, one per call of plan S (reused when up to date).
+BASE=${BASE:-../shared/models/gettext-base/model.pt}
+[[ -f $BASE ]] && "$PY" benchmarks/gpu/base_parts.py "$BASE" --out $KIT
+
+# 5. What each call would send now (others' untracked files count too: rerun before a call).
+echo "== plans A-C"
 "$PY" benchmarks/gpu/budget.py --carry .whl $carry || true
-echo "== the same with models/ding-de-en-tiny moved out of the tree"
-"$PY" benchmarks/gpu/budget.py --carry .whl $carry --without models/ding-de-en-tiny || true
+echo "== plan S: base1, base2, static"
+"$PY" benchmarks/gpu/budget.py --carry .whl $KIT/base1 || true
+"$PY" benchmarks/gpu/budget.py --carry $KIT/base2 || true
+"$PY" benchmarks/gpu/budget.py --carry $carry/heldout $KIT/base3 || true

@@ -14,6 +14,12 @@
 #        train    base's training alone (e.g. TRAIN_MIN=8): the verifier stays in $WORK/verifier
 #        head     base's draft head and evaluations on the verifier that train left there: only
 #                 on the same machine, still warm (30 s after the last call); else it stops at once
+#        part     (alone, no setup) copies this call's part of the base model (PART=gpu_kit/baseN,
+#                 base_parts.py) to $WORK/base: the parts travel in successive calls to one warm machine
+#        static   the static loop and its CUDA graphs (issue 46): joins the parts into the reference
+#                 base model (../shared/models/gettext-base, sha256 checked), then nmt-specdec-evaluate
+#                 at batch 1 (BASE_B1_SENTENCES) and 8/32, fp32 and --fp16, graphs on and off
+#                 (--graphs-off), --ct2, REPEATS timed passes; the CUDA tests; the shipped model last
 # Work goes under $WORK (default /tmp/specdec_gpu; checkpoints stay there). $OUT gets at most 8
 # files: summary.md (stages, seconds, test results, the results tables), logs.tgz (every log,
 # each evaluation's results.json/.md/.png, the head's report) and gpu_<eval>.json/.png for as
@@ -68,6 +74,11 @@ fi
 # evaluation and base at batch 1 (SHIPPED_S, B1_S), later stages after the tests (TESTS_KEEP_S).
 : "${EVALS_S:=250}" "${SHIPPED_S:=75}" "${B1_S:=90}" "${TESTS_KEEP_S:=15}"
 : "${GRID:=--grid-k 2 4 --grid-auto --grid-beta 1 5 --grid-tau 1}"
+# The static stage: its grid (beta=1 only, graphs on and off), the seconds kept for base at batch
+# 8/32 and for the gpu tests, and which tests.
+: "${STATIC_GRID:=--grid-k 2 4 --grid-auto --grid-beta 1 --graphs-off}"
+: "${STATIC_BIG_S:=100}" "${GPU_TESTS_S:=150}"
+: "${GPU_TEST_ARGS:=tests/integration/test_cuda.py tests/integration/test_evaluation_cuda.py}"
 CT2_FLAG=""
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
@@ -101,7 +112,7 @@ setup() {
   # Data: the held-out splits as carried, the train split unpacked (kept on a warm machine).
   mkdir -p "$WORK/data/bin"
   cp "$KIT"/heldout/*.txt "$KIT"/heldout/*.bin "$KIT"/heldout/*.idx "$WORK/data/bin/"
-  [[ -f $WORK/data/bin/train.de-en.en.idx ]] || "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$KIT/train.tar.xz" "$WORK/data/bin"
+  [[ -f $WORK/data/bin/train.de-en.en.idx || ! -f $KIT/train.tar.xz ]] || "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$KIT/train.tar.xz" "$WORK/data/bin"
   DATA=$WORK/data/bin
   if [[ $TRAIN_SENTENCES != 0 ]]; then
     rm -rf "$WORK/data/small"
@@ -226,8 +237,40 @@ add_head() {
   [[ $rc == 0 && -f $WORK/head/model.pt ]]
 }
 
+join_base() {  # the parts that earlier calls left in $WORK/base -> $WORK/base/model.pt, checked
+  stage_begin "join base"
+  local base=$WORK/base rc=0
+  if [[ ! -f $base/model.pt ]]; then
+    cat $(ls "$base"/part.* 2>/dev/null | sort -t. -k2 -n) 2>/dev/null | xz -dc > "$base/model.pt" 2>"$LOGS/join_base.txt" || rc=1
+  fi
+  "$PY" -c "
+import hashlib, json, sys
+manifest = json.load(open(sys.argv[1]))
+digest = hashlib.sha256(open(sys.argv[2], 'rb').read()).hexdigest()
+sys.exit(0 if digest == manifest['model_sha256'] else 1)" "$base/manifest.json" "$base/model.pt" \
+    >> "$LOGS/join_base.txt" 2>&1 || rc=1
+  stage_end "join base" $rc "$(ls "$base" 2>/dev/null | tr '\n' ' ')$([[ $rc != 0 ]] && echo '; MISSING or CORRUPT: a part did not arrive, or the machine went back')"
+  [[ $rc == 0 ]]
+}
+
+gpu_tests() {  # the gpu-marked tests alone, after the timings (arg: seconds kept for later)
+  local budget=$(( $(left) - $1 ))
+  if (( budget < 30 )); then note "| gpu tests | skipped | | | $budget s were left |"; return; fi
+  stage_begin "gpu tests"
+  timeout -s INT -k 20 "$budget" "$PY" -m pytest $GPU_TEST_ARGS -m gpu -q -rfEs --durations=15 \
+    -p no:cacheprovider --junitxml="$LOGS/junit_gpu.xml" > "$LOGS/pytest_gpu.log" 2>&1
+  local rc=$?
+  stage_end "gpu tests" $rc "$(grep -E '(passed|failed|error|skipped).* in [0-9.]+s' "$LOGS/pytest_gpu.log" | tail -n 1)"
+  "$PY" benchmarks/gpu/report.py junit "$LOGS/junit_gpu.xml" >> "$SUMMARY" 2>&1 || note "(no junit_gpu.xml)"
+}
+
 stages=("$@")
-[[ ${#stages[@]} == 0 ]] && { echo "usage: session.sh tests|shipped|base|all|train|head ..." >&2; exit 2; }
+[[ ${#stages[@]} == 0 ]] && { echo "usage: session.sh tests|shipped|base|all|train|head|part|static ..." >&2; exit 2; }
+if [[ ${stages[0]} == part ]]; then  # no setup: a short call that only leaves its part behind
+  : "${PART:?PART=gpu_kit/baseN}"
+  mkdir -p "$WORK/base" && cp "$PART"/* "$WORK/base/" && ls -l "$WORK/base" | tee "$SUMMARY"
+  exit $?
+fi
 : > "$SUMMARY"
 if [[ " ${stages[*]} " == *" head "* && " ${stages[*]} " != *" train "* && ! -f $WORK/verifier/checkpoint_last.pt ]]; then
   note "stage head: no $WORK/verifier/checkpoint_last.pt (a fresh machine: the train call's machine went back); nothing done"
@@ -250,6 +293,14 @@ for stage in "${stages[@]}"; do
         evaluate base_b8_32 "$HEAD_MODEL" "$BASE_BIG_SENTENCES" "$BASE_BIG_BATCHES" "$B1_S"
         evaluate base_b1 "$HEAD_MODEL" "$BASE_B1_SENTENCES" 1 0
       fi ;;
+    static)
+      GRID=$STATIC_GRID
+      if join_base; then
+        evaluate base_b1 "$WORK/base/model.pt" "$BASE_B1_SENTENCES" 1 $((STATIC_BIG_S + GPU_TESTS_S))
+        evaluate base_b8_32 "$WORK/base/model.pt" "$BASE_B1_SENTENCES" "$BASE_BIG_BATCHES" "$GPU_TESTS_S"
+      fi
+      gpu_tests "$SHIPPED_S"
+      evaluate shipped "$MODEL/model.pt" "$BASE_B1_SENTENCES" "1 $BASE_BIG_BATCHES" 0 ;;
     all)
       tests_start "$EVALS_S"
       train_base $((EVALS_S + 60)) && add_head; trained=$?

@@ -48,9 +48,14 @@ else
   git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null \
     | tar -x -C "$EMU/tree"
 fi
-cp -r gpu_kit/carry --parents "$EMU/tree/" 2>/dev/null || { mkdir -p "$EMU/tree/gpu_kit" && cp -r gpu_kit/carry "$EMU/tree/gpu_kit/"; }
-mkdir -p "$EMU/tree/.whl" && cp "$WHL"/*.whl "$EMU/tree/.whl/"
-echo "tree: $(du -sh "$EMU/tree" | cut -f1) (with cp$PYV wheels)"
+echo "tree: $(du -sh "$EMU/tree" | cut -f1) (before the carried paths)"
+carry_into_tree() {  # the call's carry list, as the device tool carries it (.whl: the cp$PYV wheels)
+  local path
+  for path in $(echo "$1" | tr -d '[]",'); do
+    rm -rf "${EMU:?}/tree/$path" && mkdir -p "$EMU/tree/$(dirname "$path")"
+    if [[ $path == .whl ]]; then cp -r "$WHL" "$EMU/tree/.whl"; else cp -r "$path" "$EMU/tree/$path"; fi
+  done
+}
 
 calls=("$@")
 [[ ${#calls[@]} == 0 ]] && mapfile -t calls < <(sed -n 's/^call \([a-z0-9_-]*\)$/\1/p' "$README")
@@ -59,10 +64,12 @@ for call in "${calls[@]}"; do
   cmd=$(awk -v c="call $call" '$0 == c {f = 1} f && /^command: / {sub(/^command: /, ""); print; exit}' "$README")
   [[ -n $cmd ]] || { echo "no call '$call' in $README" >&2; exit 2; }
   (( ${#cmd} <= 2000 )) || { echo "call $call: command is ${#cmd} characters (limit 2000)" >&2; status=1; }
-  echo "== call $call (${#cmd} characters): $cmd"
+  carry=$(awk -v c="call $call" '$0 == c {f = 1} f && /^carry: / {sub(/^carry: /, ""); print; exit}' "$README")
+  echo "== call $call (${#cmd} characters; carry $carry): $cmd"
+  carry_into_tree "$carry"
   rm -rf "$EMU/out" && mkdir -p "$EMU/out"
-  # A fresh machine, except for 'head', which follows 'train' on the same warm machine.
-  [[ $call == head ]] || rm -rf "$EMU/site" "$EMU/work"
+  # A fresh machine, except for a call that follows another on the same warm machine.
+  case $call in head|base2|static) ;; *) rm -rf "$EMU/site" "$EMU/work" ;; esac
   start=$SECONDS
   set +e
   (cd "$EMU/tree" && PATH=$EMU_VENV/bin:$PATH OUT=$EMU/out TINY=1 WORK=$EMU/work TINY_DEADLINE_S=${TINY_DEADLINE_S:-1800} \

@@ -1,8 +1,8 @@
 """Quickstart: decode a test set with a shipped model, or (``--train``) train one.
 
 By default the quickstart decodes the first 200 sentences of the gettext test
-split with the pretrained model shipped in ``models/gettext-de-en-tiny``
-(``--model models/ding-de-en-tiny`` decodes the Ding test split instead):
+split with the pretrained model shipped in ``models/gettext-de-en-tiny`` (a model
+shipped by ``scripts/ship_model.py --corpus ding`` decodes the Ding test split):
 fairseq's greedy and beam 5, this project's greedy and SpecDec rows and
 CTranslate2's, timed at batch size 1; then a few example translations, and
 ``results/quickstart/report.md`` with ``bleu_vs_speedup.png``. Nothing is
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "translate well) instead of decoding with the shipped model")
     p.add_argument("--model", type=Path, default=d.model,
                    help="shipped model directory to decode with (default "
-                   "models/gettext-de-en-tiny; models/ding-de-en-tiny is the Ding one)")
+                   "models/gettext-de-en-tiny)")
     p.add_argument("--corpus", choices=list(CORPORA), default=d.corpus,
                    help="training data: the Ding dictionary or Debian's gettext "
                    "catalogs (default %(default)s)")

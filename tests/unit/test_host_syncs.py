@@ -67,13 +67,16 @@ def shipped():
     DecodingOptions(k=0), DecodingOptions(k=2), DecodingOptions(k=3, candidates=2),
     DecodingOptions(k=4, auto_k=True),
 ], ids=["greedy", "chain", "tree", "auto"])
-def test_one_host_read_per_iteration(shipped, options) -> None:
-    from nmt_specdec.decoding.loops import decode_rows
+@pytest.mark.parametrize("static", [False, True], ids=["batched", "static"])
+def test_one_host_read_per_iteration(shipped, options, static) -> None:
+    from nmt_specdec.decoding.loops import StaticLoop, decode_rows
 
     model, task, batch = shipped
-    # The batched loop's tensor path, a GPU's path at any batch (on the CPU one
-    # sentence, a greedy batch and a greedy turn decide on the host).
-    generator = shipped_generator(model, task, options=options, loop=decode_rows)
+    # The tensor loops, a GPU's paths at any batch (on the CPU one sentence, a
+    # greedy batch and a greedy turn decide on the host): the batched loop, and
+    # the static loop (eager here) whose turns a GPU replays as CUDA graphs.
+    loop = StaticLoop(graphs=False) if static else decode_rows
+    generator = shipped_generator(model, task, options=options, loop=loop)
     generator.generate([model], batch)  # warm: first-batch work is not the loop's
     turns = sum(generator.stats.k_chosen.values())
     with HostReads() as reads:

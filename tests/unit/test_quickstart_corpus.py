@@ -25,12 +25,6 @@ def test_default_is_the_shipped_gettext_model() -> None:
     assert cfg.report_dir().name == "quickstart"
 
 
-def test_the_ding_model_is_still_shipped() -> None:
-    cfg = _config(["--model", str(quickstart_pretrained.REPO_ROOT / "models/ding-de-en-tiny")])
-    cfg.validate()
-    assert quickstart_pretrained.model_settings(cfg.model_dir()).get("corpus", "ding") == "ding"
-
-
 def test_training_from_scratch_keeps_its_own_directories() -> None:
     cfg = _config(["--train"])
     cfg.validate()
