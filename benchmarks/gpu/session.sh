@@ -114,7 +114,7 @@ setup() {
   cp "$KIT"/heldout/*.txt "$KIT"/heldout/*.bin "$KIT"/heldout/*.idx "$WORK/data/bin/"
   [[ -f $WORK/data/bin/train.de-en.en.idx || ! -f $KIT/train.tar.xz ]] || "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$KIT/train.tar.xz" "$WORK/data/bin"
   DATA=$WORK/data/bin
-  if [[ $TRAIN_SENTENCES != 0 ]]; then
+  if [[ $TRAIN_SENTENCES != 0 && -f $DATA/train.de-en.en.idx ]]; then
     rm -rf "$WORK/data/small"
     "$PY" benchmarks/gpu/subset_bin.py "$DATA" "$WORK/data/small" --split train="$TRAIN_SENTENCES" \
       --split valid=40 --link test > "$LOGS/subset_small.txt" 2>&1
