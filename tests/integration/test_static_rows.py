@@ -64,9 +64,11 @@ def test_static_equals_batched_fp32(shipped, name, batch_size) -> None:
     assert [tokens for tokens, _ in ours] == [tokens for tokens, _ in theirs]
     for (_, a), (_, b) in zip(ours, theirs):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+    if options.auto_k:  # K per turn follows measured pass costs: the tokens alone must agree
+        return
     assert _stats(static) == _stats(batched)
     if options.k:
-        assert static.stats.mean_accepted_tokens > 1.5 or options.auto_k
+        assert static.stats.mean_accepted_tokens > 1.5
 
 
 @pytest.mark.parametrize("batch_size", [1, 8])
