@@ -97,6 +97,7 @@ def test_loading_to_decode_tells_nothing_about_training(caplog) -> None:
 def test_resaved_checkpoint_loads_through_the_safe_loader(tmp_path: Path) -> None:
     # fairseq's loader turns cfg into an OmegaConf DictConfig; saving that as
     # it is would need OmegaConf's classes, which the safe loader refuses.
+    import fairseq_plugins  # noqa: F401  (fairseq's loader made safe: as on every path we load by)
     from fairseq import checkpoint_utils
 
     state = checkpoint_utils.load_checkpoint_to_cpu(str(MODEL_DIR / "model.pt"))
