@@ -116,20 +116,20 @@ class SpecDecGenerator(nn.Module):
         # drafter's per-batch state is part of what drafting costs.
         started = time.perf_counter()
         self.k_policy.start_batch(max_len.numel())
-        drafts = self.k_policy.may_draft and bool(self.options.k)
+        k_max = self.options.k if self.k_policy.may_draft else 0
         verifier = self.lean_verifier()
         bos = self.eos if bos_token is None else bos_token
-        loop = self.loop or choose_loop(max_len.numel(), self.options.k if drafts else 0,
-                                        verifier.embed.device, self.rules, self._row_buffers,
-                                        self._static)
+        loop = self.loop or choose_loop(max_len.numel(), k_max, verifier.embed.device,
+                                        self.rules, self._row_buffers, self._static)
         if isinstance(loop, StaticLoop):
-            finished = self._decode_static(loop, sample, verifier, encoder_out, max_len, bos)
+            finished = self._decode_static(loop, sample, verifier, encoder_out, max_len, bos,
+                                           k_max)
             self._end_batch(finished, started)
         else:
             # A batch that will not draft (--spec-k 0, or a greedy batch of --spec-k
             # auto) reads no draft state: the torch drafter's would cost its cross
             # keys/values.
-            if drafts:
+            if k_max:
                 self.drafter.start_batch(sample, encoder_out)
             finished = self.decode(verifier, encoder_out, max_len, bos, started, loop)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
@@ -141,20 +141,20 @@ class SpecDecGenerator(nn.Module):
         timing for the K policy began (default: now); ``loop``: default
         :func:`~.loops.choose_loop`'s choice among them."""
         started = time.perf_counter() if started is None else started
-        batch = start_batch(self._parts(verifier), encoder_out, max_len, bos)
+        parts = self._parts(verifier)
+        batch = start_batch(parts, encoder_out, max_len, bos)
         loop = loop or self.loop or choose_loop(len(batch.limits), batch.k_max,
                                                 verifier.embed.device, self.rules,
                                                 self._row_buffers)
-        finished = loop(self._parts(verifier), batch)
+        finished = loop(parts, batch)
         self._end_batch(finished, started)
         return finished
 
     def _decode_static(self, loop: StaticLoop, sample: dict, verifier: VerifierCalls,
-                       encoder_out, max_len: Tensor, bos: int) -> List[tuple]:
+                       encoder_out, max_len: Tensor, bos: int, k_max: int) -> List[tuple]:
         """The static loop: the encoder output padded to the workspace's buckets,
-        the drafter started on it."""
+        the drafter started on it (``k_max``: the largest K this batch drafts)."""
         parts = self._parts(verifier)
-        k_max = self.options.k if self.k_policy.may_draft else 0
         limits = max_len.tolist()
         shape = loop.shape(parts, encoder_out, limits, k_max)
         encoder_out = loop.pad(encoder_out, shape)

@@ -36,6 +36,7 @@ from typing import Dict, List, NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.decision.acceptance import drafts_before_eos
 from nmt_specdec.decoding.graphs import TurnGraphs
 from nmt_specdec.decoding.loops.batched import verify_turn
 from nmt_specdec.decoding.loops.steps import LoopParts, Rows, end_turn, plan_turn
@@ -261,12 +262,11 @@ def _tally(space: Workspace, k: int, num_accepted: Tensor, counts: Tensor, finis
     only drafts at or before a committed EOS count)."""
     k_max = space.shape.k_max
     if k_max:
-        accepted = torch.minimum(num_accepted, counts)
-        drafted = torch.where(finished, torch.minimum(counts, torch.full_like(counts, k)),
-                              torch.full_like(counts, k)) * live
+        drafted, accepted = drafts_before_eos(torch.full_like(counts, k), num_accepted, counts,
+                                              finished)
         slots = space.slot_ids
-        space.tally[:k_max].add_((drafted.unsqueeze(1) > slots).sum(0))
-        space.tally[k_max: 2 * k_max].add_((accepted.unsqueeze(1) > slots).sum(0))
+        space.tally[:k_max].add_(((drafted * live).unsqueeze(1) > slots).sum(0))
+        space.tally[k_max: 2 * k_max].add_(((accepted * live).unsqueeze(1) > slots).sum(0))
     space.tally[-2].add_(live.sum())
     space.tally[-1].add_(counts.sum())
 
