@@ -14,12 +14,14 @@
 #        train    base's training alone (e.g. TRAIN_MIN=8): the verifier stays in $WORK/verifier
 #        head     base's draft head and evaluations on the verifier that train left there: only
 #                 on the same machine, still warm (30 s after the last call); else it stops at once
-#        part     (alone, no setup) copies this call's part of the base model (PART=gpu_kit/baseN,
-#                 base_parts.py) to $WORK/base: the parts travel in successive calls to one warm machine
+#        part     (first, no setup) copies this call's part of the base model (PART=gpu_kit/baseN,
+#                 base_parts.py) to $WORK/base: the parts travel in successive calls to one warm machine;
+#                 "part gpu-tests" then runs the gpu-marked tests until DEADLINE_S
 #        static   the static loop and its CUDA graphs (issue 46): joins the parts into the reference
 #                 base model (../shared/models/gettext-base, sha256 checked), then nmt-specdec-evaluate
 #                 at batch 1 (BASE_B1_SENTENCES) and 8/32, fp32 and --fp16, graphs on and off
-#                 (--graphs-off), --ct2, REPEATS timed passes; the CUDA tests; the shipped model last
+#                 (--graphs-off), --ct2, REPEATS timed passes; the CUDA tests (not with STATIC_TESTS=0:
+#                 "part gpu-tests" ran them); the shipped model last
 # Work goes under $WORK (default /tmp/specdec_gpu; checkpoints stay there). $OUT gets at most 8
 # files: summary.md (stages, seconds, test results, the results tables), logs.tgz (every log,
 # each evaluation's results.json/.md/.png, the head's report) and gpu_<eval>.json/.png for as
@@ -77,7 +79,7 @@ fi
 # The static stage: its grid (beta=1 only, graphs on and off), the seconds kept for base at batch
 # 8/32 and for the gpu tests, and which tests.
 : "${STATIC_GRID:=--grid-k 2 4 --grid-auto --grid-beta 1 --graphs-off}"
-: "${STATIC_BIG_S:=100}" "${GPU_TESTS_S:=150}"
+: "${STATIC_BIG_S:=100}" "${GPU_TESTS_S:=150}" "${STATIC_TESTS:=1}"
 : "${GPU_TEST_ARGS:=tests/integration/test_cuda.py tests/integration/test_evaluation_cuda.py}"
 CT2_FLAG=""
 
@@ -266,10 +268,14 @@ gpu_tests() {  # the gpu-marked tests alone, after the timings (arg: seconds kep
 
 stages=("$@")
 [[ ${#stages[@]} == 0 ]] && { echo "usage: session.sh tests|shipped|base|all|train|head|part|static ..." >&2; exit 2; }
-if [[ ${stages[0]} == part ]]; then  # no setup: a short call that only leaves its part behind
+if [[ ${stages[0]} == part ]]; then  # no setup: a short call that leaves its part behind
   : "${PART:?PART=gpu_kit/baseN}"
-  mkdir -p "$WORK/base" && cp "$PART"/* "$WORK/base/" && ls -l "$WORK/base" | tee "$SUMMARY"
-  exit $?
+  mkdir -p "$WORK/base" && cp "$PART"/* "$WORK/base/" && ls -l "$WORK/base" | tee "$SUMMARY" || exit
+  if [[ ${stages[1]:-} == gpu-tests ]]; then  # and the gpu-marked tests while the parts arrive
+    "$PY" benchmarks/gpu/shims.py > "$LOGS/shims.txt" 2>&1 || note "console-script shims failed"
+    gpu_tests 0
+  fi
+  exit 0
 fi
 : > "$SUMMARY"
 if [[ " ${stages[*]} " == *" head "* && " ${stages[*]} " != *" train "* && ! -f $WORK/verifier/checkpoint_last.pt ]]; then
@@ -297,9 +303,9 @@ for stage in "${stages[@]}"; do
       GRID=$STATIC_GRID
       if join_base; then
         evaluate base_b1 "$WORK/base/model.pt" "$BASE_B1_SENTENCES" 1 $((STATIC_BIG_S + GPU_TESTS_S))
-        evaluate base_b8_32 "$WORK/base/model.pt" "$BASE_B1_SENTENCES" "$BASE_BIG_BATCHES" "$GPU_TESTS_S"
+        evaluate base_b8_32 "$WORK/base/model.pt" "$BASE_BIG_SENTENCES" "$BASE_BIG_BATCHES" "$GPU_TESTS_S"
       fi
-      gpu_tests "$SHIPPED_S"
+      [[ $STATIC_TESTS == 1 ]] && gpu_tests "$SHIPPED_S"
       evaluate shipped "$MODEL/model.pt" "$BASE_B1_SENTENCES" "1 $BASE_BIG_BATCHES" 0 ;;
     all)
       tests_start "$EVALS_S"

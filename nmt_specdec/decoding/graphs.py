@@ -13,6 +13,7 @@ pool. On a CPU, or with ``--cuda-graphs off``, every turn runs eagerly.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Callable, Dict, Hashable, Optional
 
 import torch
@@ -42,17 +43,28 @@ class TurnGraphs:
             return
         turn()
         if self.enabled and device.type == "cuda":
-            self._graphs[key] = self._capture(turn)
+            graph = self._capture(turn)
+            if graph is None:  # this workspace's turns run eagerly from now on
+                self.enabled = False
+            else:
+                self._graphs[key] = graph
 
     def _capture(self, turn: Callable[[], None]) -> Optional["torch.cuda.CUDAGraph"]:
+        """The graph of ``turn``, or None (with a warning) where the device refuses
+        the capture: decoding goes on eagerly, with the same output."""
         started = time.perf_counter()
         torch.cuda.synchronize()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            turn()  # recorded, not run: the buffers keep the eager turn's values
-        torch.cuda.synchronize()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                turn()  # recorded, not run: the buffers keep the eager turn's values
+            torch.cuda.synchronize()
+        except RuntimeError as error:
+            warnings.warn(f"CUDA graph capture failed, decoding eagerly: "
+                          f"{str(error).splitlines()[0]}", RuntimeWarning, stacklevel=3)
+            return None
         self.capture_seconds += time.perf_counter() - started
         return graph
 

@@ -47,6 +47,32 @@ def _on_cuda(model, dtype):
     return copy.deepcopy(model).to(device="cuda", dtype=dtype)
 
 
+STATIC = [DecodingOptions(k=0), DecodingOptions(k=2), DecodingOptions(k=4),
+          DecodingOptions(k=2, candidates=2), DecodingOptions(k=4, auto_k=True)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_cuda_graphs_replay_the_static_loop(shipped, dtype, batch_size) -> None:
+    # Path: the static loop on CUDA, each turn captured once per shape and K and
+    # replayed: the same output as the same passes run eagerly (--cuda-graphs off),
+    # and beta=1 the same as greedy of the same precision up to near-ties.
+    model, task, sources = shipped
+    cuda = _on_cuda(model, dtype)
+    greedy = decode_all(shipped_generator(cuda, task), cuda, task, sources, batch_size)
+    for options in STATIC:
+        graphed = shipped_generator(cuda, task, options=options)
+        ours = decode_all(graphed, cuda, task, sources, batch_size)
+        eager = shipped_generator(cuda, task, options=replace(options, cuda_graphs="off"))
+        assert decode_all(eager, cuda, task, sources, batch_size) == ours, options
+        assert graphed.stats.capture_seconds > 0 and eager.stats.capture_seconds == 0
+        graphs = sum(len(space.graphs) for space in graphed._static._spaces.values())
+        assert 1 <= graphs <= len(graphed._static._spaces) * (options.k + 1)
+        gaps = logit_gaps(cuda, sources, dict(enumerate(greedy)), dict(enumerate(ours)),
+                          task.target_dictionary.eos())
+        assert all(gap["near_tie"] for gap in gaps), (options, gaps)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_cuda_torch_backend_chains_trees_auto(shipped, dtype, batch_size) -> None:
@@ -119,29 +145,3 @@ def test_cuda_fairseq_interactive_fp16() -> None:
 def test_cuda_hub_bf16() -> None:
     # Path: the fairseq hub interface on CUDA in bfloat16 with SpecDec.
     hub_translates(lambda hub: hub.cuda().bfloat16())
-
-
-STATIC = [DecodingOptions(k=0), DecodingOptions(k=2), DecodingOptions(k=4),
-          DecodingOptions(k=2, candidates=2), DecodingOptions(k=4, auto_k=True)]
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("batch_size", [1, 8])
-def test_cuda_graphs_replay_the_static_loop(shipped, dtype, batch_size) -> None:
-    # Path: the static loop on CUDA, each turn captured once per shape and K and
-    # replayed: the same output as the same passes run eagerly (--cuda-graphs off),
-    # and beta=1 the same as greedy of the same precision up to near-ties.
-    model, task, sources = shipped
-    cuda = _on_cuda(model, dtype)
-    greedy = decode_all(shipped_generator(cuda, task), cuda, task, sources, batch_size)
-    for options in STATIC:
-        graphed = shipped_generator(cuda, task, options=options)
-        ours = decode_all(graphed, cuda, task, sources, batch_size)
-        eager = shipped_generator(cuda, task, options=replace(options, cuda_graphs="off"))
-        assert decode_all(eager, cuda, task, sources, batch_size) == ours, options
-        assert graphed.stats.capture_seconds > 0 and eager.stats.capture_seconds == 0
-        graphs = sum(len(space.graphs) for space in graphed._static._spaces.values())
-        assert 1 <= graphs <= len(graphed._static._spaces) * (options.k + 1)
-        gaps = logit_gaps(cuda, sources, dict(enumerate(greedy)), dict(enumerate(ours)),
-                          task.target_dictionary.eos())
-        assert all(gap["near_tie"] for gap in gaps), (options, gaps)
