@@ -237,18 +237,19 @@ def score_runs(
 
 
 def _engine_greedy_for(run: Run, engine_greedy: Dict[Tuple, Run]) -> Optional[Run]:
-    """SpecDec rows: the engine greedy of their backend; stock and CTranslate2 rows:
-    the torch one (else any) at the same batch size."""
+    """SpecDec rows: the engine greedy of their backend (and CUDA graphs on or off);
+    stock and CTranslate2 rows: the torch one (else any) at the same batch size."""
     if run.spec.kind == "specdec":
         return engine_greedy.get(_greedy_key(run))
     same_batch = [r for key, r in engine_greedy.items() if key[0] == run.batch_size]
-    return (engine_greedy.get((run.batch_size, "torch", False, run.spec.dtype))
-            or engine_greedy.get((run.batch_size, "torch", False, "float32"))
+    return (engine_greedy.get((run.batch_size, "torch", False, run.spec.dtype, "on"))
+            or engine_greedy.get((run.batch_size, "torch", False, "float32", "on"))
             or next(iter(same_batch), None))
 
 
 def _greedy_key(run: Run) -> Tuple:
-    return run.batch_size, run.spec.backend, run.spec.int8, run.spec.dtype
+    return (run.batch_size, run.spec.backend, run.spec.int8, run.spec.dtype,
+            run.spec.decoding.cuda_graphs)
 
 
 def _greedy_mismatches(models: Dict[str, nn.Module], task, runs: List[Run],

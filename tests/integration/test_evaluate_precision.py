@@ -71,3 +71,18 @@ def test_precision_copies_leave_the_fp32_model_alone(toy: dict) -> None:
     assert copies["float32"] is model and model.weight.dtype == torch.float32
     assert copies["bfloat16"].weight.dtype == torch.bfloat16
     assert copies["float16"].weight.dtype == torch.float16
+
+
+def test_graphs_off_rows_are_read_against_their_own_greedy(toy: dict) -> None:
+    # --graphs-off adds every torch row again, eager: its "vs engine greedy" is the
+    # eager greedy's, and the graphed rows keep theirs (on a CPU both run eagerly).
+    results = toy["script"].run(_config(toy, "graphs", graphs_off=True, beams=(1,),
+                                        grid_beta=(1,), batch_sizes=(1,), repeats=1))
+    rows = {row["name"]: row for row in results["rows"]}
+    for name in ("engine greedy", "engine greedy [graphs off]"):
+        assert rows[name]["speedup_vs_k0"] == pytest.approx(1.0)
+    for suffix in ("", " [graphs off]"):
+        row, greedy = rows[f"SpecDec K=4 β=1{suffix}"], rows[f"engine greedy{suffix}"]
+        assert row["speedup_vs_k0"] == pytest.approx(
+            greedy["wall_s_median"] / row["wall_s_median"], rel=1e-6)
+    assert rows["SpecDec K=4 β=1 [graphs off]"]["cuda_graphs"] == "off"
