@@ -9,6 +9,10 @@ the shared embeddings are detached, so the draft loss never changes the
 verifier or the encoder, also when both are trained jointly. The two losses are
 logged separately, with the draft head's accuracy over all slots and on slot 1
 (and, with a refinement pass, its teacher-forced accuracy ``refine_acc``).
+
+With ``--cached-states`` (a frozen verifier) a batch carries the verifier's
+encoder output and decoder states, computed once before training: the verifier
+does not run and only the draft loss is computed (``ar_loss`` logs 0).
 """
 
 
@@ -61,6 +65,8 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
     def forward(self, model, sample, reduce=True):
         if not hasattr(model, "draft_head"):
             raise UserError("--criterion specdec_joint_loss needs --arch specdec_transformer*")
+        if "cached_states" in sample:
+            return self._forward_cached(model, sample)
         net_input = sample["net_input"]
         frozen = not any(p.requires_grad for p in model.encoder.parameters())
         # A frozen verifier runs as at decoding time (no dropout), so the head
@@ -78,26 +84,27 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         # lambda means the same whatever the batch's draft/AR token ratio.
         scale = sample_size / max(draft["tokens"], 1)
         loss = ar_loss + self.draft_loss_weight * draft["loss"] * scale
-        logging_output = {
-            "loss": loss.data,
-            "ar_loss": ar_loss.data,
-            "nll_loss": nll_loss.data,
-            "draft_loss": draft["loss"].data,
-            "draft_tokens": draft["tokens"],
-            "draft_correct": draft["correct"],
-            "draft_correct1": draft["correct1"],
-            "draft_total": draft["total"],
-            "draft_total1": draft["total1"],
-            "refine_correct": draft.get("refine_correct", 0),
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-        }
+        logging_output = _logged(loss, ar_loss, nll_loss, draft, sample, sample_size)
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
             logging_output["n_correct"] = utils.item(n_correct.data)
             logging_output["total"] = utils.item(total.data)
         return loss, sample_size, logging_output
+
+    def _forward_cached(self, model, sample):
+        """The draft loss alone, from the frozen verifier's cached outputs
+        (``--cached-states``): the verifier does not run, its loss is not computed."""
+        if any(p.requires_grad for p in model.encoder.parameters()):
+            raise UserError("--cached-states needs --freeze-verifier (the cache is of a "
+                            "frozen verifier)")
+        dtype = model.draft_head.start_state.dtype
+        encoder_out = {"encoder_out": [sample["cached_encoder"].to(dtype)],
+                       "encoder_padding_mask": [sample["cached_padding"]]}
+        draft = self._draft_loss(model, sample, encoder_out, sample["cached_states"].to(dtype))
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        loss = self.draft_loss_weight * draft["loss"] * sample_size / max(draft["tokens"], 1)
+        zero = loss.new_zeros(())
+        return loss, sample_size, _logged(loss, zero, zero, draft, sample, sample_size)
 
     def _draft_loss(self, model, sample, encoder_out, gold_states):
         target = sample.get("draft_target")
@@ -167,6 +174,25 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         if total("refine_correct"):  # teacher-forced: slot j given the true tokens before it
             metrics.log_scalar("refine_correct", total("refine_correct"))
             metrics.log_derived("refine_acc", lambda m: _percent(m, "refine_correct", "draft_total"))
+
+
+def _logged(loss, ar_loss, nll_loss, draft, sample, sample_size) -> dict:
+    """A batch's logging output: the losses, the draft head's hits and the sizes."""
+    return {
+        "loss": loss.data,
+        "ar_loss": ar_loss.data,
+        "nll_loss": nll_loss.data,
+        "draft_loss": draft["loss"].data,
+        "draft_tokens": draft["tokens"],
+        "draft_correct": draft["correct"],
+        "draft_correct1": draft["correct1"],
+        "draft_total": draft["total"],
+        "draft_total1": draft["total1"],
+        "refine_correct": draft.get("refine_correct", 0),
+        "ntokens": sample["ntokens"],
+        "nsentences": sample["target"].size(0),
+        "sample_size": sample_size,
+    }
 
 
 @contextlib.contextmanager

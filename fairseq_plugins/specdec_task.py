@@ -16,6 +16,7 @@ import logging
 import os
 from dataclasses import dataclass, field, make_dataclass
 from functools import partial
+from pathlib import Path
 from typing import Optional
 
 from fairseq import checkpoint_utils
@@ -24,11 +25,13 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq_plugins import inference_inputs
+from fairseq_plugins.cached_states_dataset import CachedStatesDataset
 from fairseq_plugins.draft_target_dataset import DraftTargetDataset
 from fairseq_plugins.generation_stats import log_stats_at_exit
 from nmt_specdec.decoding.build import build_decoder
 from nmt_specdec.decoding.options import DecodingOptions, flag_fields
 from nmt_specdec.errors import UserError
+from nmt_specdec.model.state_cache import StateCache
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,13 @@ class _TrainingConfig(TranslationConfig):
         default=False,
         metadata={"help": "train only the draft head; encoder/verifier weights stay "
                           "bit-identical"},
+    )
+    cached_states: Optional[str] = field(
+        default=None,
+        metadata={"help": "with --freeze-verifier: DIR/SPLIT holds the verifier's encoder "
+                          "output and decoder states for each split (written by "
+                          "nmt-specdec-add-draft-head); the draft loss reads them instead of "
+                          "running the verifier"},
     )
 
 
@@ -99,6 +109,12 @@ class TranslationSpecDecTask(TranslationTask):
         return inference_inputs.inference_dataset(self, src_tokens, src_lengths, constraints)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        self._load_dataset(split, epoch, combine, **kwargs)
+        if self.cfg.cached_states:
+            self.datasets[split] = CachedStatesDataset(
+                self.datasets[split], _open_cache(self.cfg.cached_states, split), split)
+
+    def _load_dataset(self, split, epoch=1, combine=False, **kwargs):
         distill = self.cfg.distill_data if split == self.cfg.train_subset else None
         if distill and self.cfg.verifier_on_distilled:
             # Both losses learn from distilled targets: load them as the split itself.
@@ -169,6 +185,13 @@ def _check_options(cfg: TranslationSpecDecConfig) -> None:
     if options.k is not None and options.k >= cfg.max_target_positions:
         raise UserError(f"--spec-k {options.k} must be below --max-target-positions "
                         f"{cfg.max_target_positions}")
+
+
+def _open_cache(root: str, split: str) -> StateCache:
+    try:
+        return StateCache(Path(root) / split)
+    except ValueError as error:
+        raise UserError(f"--cached-states: {error}") from None
 
 
 def _load_ar_weights(model, path: str) -> None:

@@ -37,7 +37,8 @@ def plain_config(cfg: Any) -> Any:
 # Each is reset to fairseq's (or our task's) default.
 _LOCAL_PATHS = {("common", "user_dir"): None, ("task", "init_from_ar_checkpoint"): None,
                 ("task", "init_draft_head_from"): None,
-                ("task", "distill_data"): None, ("checkpoint", "save_dir"): "checkpoints",
+                ("task", "distill_data"): None, ("task", "cached_states"): None,
+                ("checkpoint", "save_dir"): "checkpoints",
                 ("checkpoint", "restore_file"): "checkpoint_last.pt", ("task", "data"): "."}
 
 

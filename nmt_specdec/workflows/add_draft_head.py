@@ -1,6 +1,7 @@
 """Add a SpecDec draft head to a trained fairseq Transformer, verifier untouched.
 
-One resumable command (``nmt-specdec-add-draft-head``):
+One resumable command (``nmt-specdec-add-draft-head``); its report gives the
+training's updates per second and the state cache's size on disk:
 
 1. ``distill``: the verifier translates the training (and valid) source itself,
    greedy by default: with beta=1 SpecDec accepts exactly what the verifier's
@@ -8,11 +9,16 @@ One resumable command (``nmt-specdec-add-draft-head``):
    (:mod:`nmt_specdec.workflows.distill`, resumable chunks). The head needs no
    references, so ``--extra-source`` adds monolingual source text (e.g. more
    sentence-like than the training corpus), translated the same way;
-2. ``train``: ``fairseq-train`` with ``--init-from-ar-checkpoint
-   --freeze-verifier`` on the distilled targets; the head learns from random
-   cuts of them (:mod:`nmt_specdec.model.draft_examples`); ``--budget-minutes`` bounds
-   it and an interrupted run resumes from ``checkpoint_last.pt``;
-3. ``finish``: ``{out}/model.pt`` (no optimizer state) after checking that every
+2. ``states``: one pass of the frozen verifier over the distilled train and
+   valid splits writes its encoder output and decoder states to float16 shards
+   (:mod:`nmt_specdec.workflows.cache_states`), so that no training update runs
+   the verifier (``--state-cache off``: every update runs it, as before);
+3. ``train``: ``fairseq-train`` with ``--init-from-ar-checkpoint
+   --freeze-verifier`` (and ``--cached-states``) on the distilled targets; the
+   head learns from random cuts of them (:mod:`nmt_specdec.model.draft_examples`);
+   ``--budget-minutes`` bounds it and an interrupted run resumes from
+   ``checkpoint_last.pt``;
+4. ``finish``: ``{out}/model.pt`` (no optimizer state) after checking that every
    verifier weight is bit-identical to the input, the head alone as
    ``{out}/head.pt`` (``--draft-head`` attaches it to the input checkpoint), then
    tokens per iteration and acceptance per slot on the valid split with beta=1.
@@ -45,6 +51,7 @@ from nmt_specdec.data.steps import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT = "report.json"
+STATES = "states"
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class AddHeadConfig:
             verifier translations are added to the head's training data.
         spm_model: SentencePiece model that encodes ``extra_source``.
         extra_max_lines: use at most this many lines of ``extra_source``.
+        state_cache: train from the verifier's cached states (False: run the
+            verifier in every update).
     """
 
     checkpoint: Path
@@ -97,6 +106,7 @@ class AddHeadConfig:
     extra_source: Path | None = None
     spm_model: Path | None = None
     extra_max_lines: int = 200_000
+    state_cache: bool = True
 
     def validate(self) -> None:
         if not self.checkpoint.is_file():
@@ -199,6 +209,8 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
         "--validate-interval-updates", "200", "--log-format", "simple", "--log-interval", "25",
         "--stop-time-hours", f"{cfg.budget_minutes / 60:.4f}",
     ]
+    if cfg.state_cache:
+        flags += ["--cached-states", str((cfg.out / STATES).resolve())]
     return flags + ([] if torch.cuda.is_available() else ["--cpu"])
 
 
@@ -243,6 +255,21 @@ def assemble_data(out: Path, folders: Dict[str, Path], src: str, tgt: str) -> No
         os.symlink((folder / name).resolve(), target)
 
 
+def cache_verifier_states(cfg: AddHeadConfig, data: Path) -> int:
+    """The verifier's states over the distilled train and valid splits, in
+    ``{out}/states/{split}`` (kept when complete); returns their bytes on disk."""
+    import torch
+
+    from nmt_specdec.workflows import cache_states
+
+    torch.set_num_threads(cfg.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    caches = [cache_states.run(cfg.checkpoint, data, split, cfg.out / STATES / split,
+                               device=device, max_tokens=cfg.max_tokens * 2)
+              for split in ("train", "valid")]
+    return sum(cache.disk_bytes() for cache in caches)
+
+
 def run(cfg: AddHeadConfig) -> Dict:
     """All three steps; returns the report (also ``{out}/report.json``)."""
     cfg.validate()
@@ -266,6 +293,7 @@ def run(cfg: AddHeadConfig) -> Dict:
                   lambda dcfg=dcfg: distill.run(dcfg))
     data = cfg.out / "data"
     assemble_data(data, {split: cfg.out / f"distill-{split}" for split in splits}, src, tgt)
+    cache_bytes = cache_verifier_states(cfg, data) if cfg.state_cache else 0
     save_dir = cfg.out / "checkpoints"
     flags = train_flags(cfg, data, model_args, src, tgt, save_dir)
     info = train_recipe.train(flags, save_dir, cfg.out / "train.log", cfg.threads, REPO_ROOT)
@@ -281,6 +309,8 @@ def run(cfg: AddHeadConfig) -> Dict:
     report = acceptance_report(model_path, data, "valid", list(range(1, cfg.k + 1)),
                                cfg.valid_sentences, cfg.threads)
     report.update(train=asdict(info), command=" ".join(sys.argv), head_file=str(head_path),
+                  state_cache_bytes=cache_bytes,
+                  updates_per_second=info.updates / max(info.train_seconds, 1e-9),
                   wall_minutes=(time.monotonic() - started) / 60, config=_jsonable(cfg))
     with atomic_text(cfg.out / REPORT) as handle:
         json.dump(report, handle, indent=1)
@@ -315,18 +345,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm-model", type=Path, default=None,
                    help="SentencePiece model that encodes --extra-source")
     p.add_argument("--extra-max-lines", type=int, default=d.extra_max_lines)
+    p.add_argument("--state-cache", choices=("on", "off"), default="on",
+                   help="on: one pass of the verifier caches what the head reads (float16 "
+                   "shards in OUT/states), and training never runs the verifier; off: every "
+                   "update runs it")
     logs.add_verbose_flag(p)
     return p
 
 
 def main(argv: List[str] | None = None) -> int:
-    return run_command(build_parser(), lambda args: _print(run(AddHeadConfig(**args))), argv)
+    def run_parsed(args: Dict) -> None:
+        args["state_cache"] = args["state_cache"] == "on"
+        _print(run(AddHeadConfig(**args)))
+
+    return run_command(build_parser(), run_parsed, argv)
 
 
 def _print(report: Dict) -> None:
     from nmt_specdec.workflows.head_report import format_report
 
     print(format_report(report))
+    cache = report.get("state_cache_bytes") or 0
+    print(f"training: {report['train']['updates']} updates, "
+          f"{report['updates_per_second']:.2f} per second; "
+          + (f"verifier states cached: {cache / 2**20:.1f} MiB" if cache
+             else "no state cache (the verifier ran in every update)"))
 
 
 if __name__ == "__main__":  # python -m nmt_specdec.workflows.add_draft_head, as the console script

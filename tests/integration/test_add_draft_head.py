@@ -110,3 +110,42 @@ def test_the_hub_attaches_the_head_file(added) -> None:
         outputs.append(hub.translate(sentences, beam=1))
     assert hasattr(hub.models[0], "draft_head")
     assert outputs[1] == outputs[0] and all(outputs[0])
+
+
+def test_training_read_the_verifiers_cached_states(added) -> None:
+    # By default the head trains from one pass of the verifier, cached: the
+    # report gives the cache's size and the updates per second.
+    cfg, report = added
+    assert cfg.state_cache and report["state_cache_bytes"] > 0
+    for split in ("train", "valid"):
+        assert (cfg.out / add_draft_head.STATES / split / "meta.json").is_file()
+    assert report["updates_per_second"] > 0
+    # The shipped checkpoint keeps no path of the training machine.
+    joint = load_checkpoint(str(cfg.out / "model.pt"))
+    assert joint["cfg"]["task"]["cached_states"] is None
+
+
+def test_the_cached_draft_loss_equals_the_live_one(added) -> None:
+    """The criterion on a batch with cached states gives the draft loss of the
+    same batch with the verifier run live (up to the cache's float16 rounding)."""
+    from fairseq_plugins.specdec_criterion import SpecDecJointLoss
+    from nmt_specdec import checkpoints
+
+    cfg, _ = added
+    checkpoints.register_plugin()
+    model, task = checkpoints.load(str(cfg.out / "model.pt"), {"data": str(cfg.out / "data")})
+    model.freeze_verifier()
+    model.eval()  # no dropout; validation cuts come from a fixed seed
+    task.cfg.cached_states = str(cfg.out / add_draft_head.STATES)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[i] for i in range(12)])
+    criterion = SpecDecJointLoss(task, False, 0.1)
+    with torch.no_grad():
+        _, _, cached = criterion(model, sample)
+        live_sample = {k: v for k, v in sample.items() if not k.startswith("cached_")}
+        _, _, live = criterion(model, live_sample)
+    assert cached["ar_loss"] == 0 and live["ar_loss"] > 0
+    assert cached["draft_total"] == live["draft_total"] > 0
+    assert float(cached["draft_loss"]) == pytest.approx(float(live["draft_loss"]), rel=2e-3)
+    assert abs(cached["draft_correct"] - live["draft_correct"]) <= 1
