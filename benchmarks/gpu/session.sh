@@ -17,6 +17,9 @@
 #        part     (first, no setup) copies this call's part of the base model (PART=gpu_kit/baseN,
 #                 base_parts.py) to $WORK/base: the parts travel in successive calls to one warm machine;
 #                 "part gpu-tests" then runs the gpu-marked tests until DEADLINE_S
+#        basehead (issue 47) joins the parts, exports the base verifier, trains a head onto it
+#                 with nmt-specdec-add-draft-head (HEAD_SENTENCES, HEAD_MIN, HEAD_ARGS) and returns
+#                 the head file (in parts of 15 MiB) and its report
 #        static   the static loop and its CUDA graphs (issue 46): joins the parts into the reference
 #                 base model (../shared/models/gettext-base, sha256 checked), then nmt-specdec-evaluate
 #                 at batch 1 (BASE_B1_SENTENCES) and 8/32, fp32 and --fp16, graphs on and off
@@ -63,7 +66,7 @@ else
   : "${TEST_ARGS:=tests}"
   : "${TEST_WORKERS:=10}"
 fi
-: "${TRAIN_LR:=0.0007}" "${TRAIN_WARMUP:=500}" "${REPEATS:=1}"
+: "${TRAIN_LR:=0.0007}" "${TRAIN_WARMUP:=500}" "${REPEATS:=1}" "${HEAD_ARGS:=}"
 if [[ $TINY == 1 ]]; then  # the calls' sizes, capped for a CPU; the deadline of the rehearsal
   min() { echo $(( $1 < $2 ? $1 : $2 )); }
   HEAD_SENTENCES=$(min "$HEAD_SENTENCES" 100); BASE_BIG_SENTENCES=$(min "$BASE_BIG_SENTENCES" 4)
@@ -231,7 +234,7 @@ add_head() {
     --link valid --link test > "$LOGS/subset_head.txt" 2>&1
   timeout -k 20 $(( $(left) - EVALS_S + 60 )) "$PY" -c "import sys; from nmt_specdec.workflows.add_draft_head import main; sys.argv[0] = 'nmt-specdec-add-draft-head'; sys.exit(main())" \
     --checkpoint "$WORK/verifier/checkpoint_last.pt" --data "$WORK/data/head" --out "$WORK/head" \
-    --budget-minutes "$HEAD_MIN" --valid-sentences "$HEAD_VALID" > "$LOGS/add_draft_head.log" 2>&1
+    --budget-minutes "$HEAD_MIN" --valid-sentences "$HEAD_VALID" $HEAD_ARGS > "$LOGS/add_draft_head.log" 2>&1
   local rc=$?
   cp "$WORK/head/report.json" "$LOGS/add_draft_head_report.json" 2>/dev/null
   cp "$WORK/head/train.log" "$LOGS/add_draft_head_train.log" 2>/dev/null
@@ -255,6 +258,19 @@ sys.exit(0 if digest == manifest['model_sha256'] else 1)" "$base/manifest.json" 
   [[ $rc == 0 ]]
 }
 
+export_base_verifier() {  # the joined base model's verifier, where the head stage reads one
+  mkdir -p "$WORK/verifier"
+  "$PY" scripts/export_verifier.py "$WORK/base/model.pt" "$WORK/verifier/checkpoint_last.pt" \
+    > "$LOGS/export_verifier.txt" 2>&1 || { note "| export verifier | failed | | | logs/export_verifier.txt |"; return 1; }
+}
+
+return_head() {  # the trained head and its report to $OUT (files come back at 16 MiB at most)
+  [[ -f $WORK/head/head.pt ]] || return 1
+  split -b 15m -d "$WORK/head/head.pt" "$OUT/base_head.pt.part"
+  cp "$WORK/head/report.json" "$OUT/base_head_report.json"
+  note "head file: $(stat -c %s "$WORK/head/head.pt") bytes, sha256 $(sha256sum "$WORK/head/head.pt" | cut -c1-64), in $(ls "$OUT" | grep -c part) part(s): cat base_head.pt.part* > head.pt"
+}
+
 gpu_tests() {  # the gpu-marked tests alone, after the timings (arg: seconds kept for later)
   local budget=$(( $(left) - $1 ))
   if (( budget < 30 )); then note "| gpu tests | skipped | | | $budget s were left |"; return; fi
@@ -267,7 +283,7 @@ gpu_tests() {  # the gpu-marked tests alone, after the timings (arg: seconds kep
 }
 
 stages=("$@")
-[[ ${#stages[@]} == 0 ]] && { echo "usage: session.sh tests|shipped|base|all|train|head|part|static ..." >&2; exit 2; }
+[[ ${#stages[@]} == 0 ]] && { echo "usage: session.sh tests|shipped|base|all|train|head|part|static|basehead ..." >&2; exit 2; }
 if [[ ${stages[0]} == part ]]; then  # no setup: a short call that leaves its part behind
   : "${PART:?PART=gpu_kit/baseN}"
   mkdir -p "$WORK/base" && cp "$PART"/* "$WORK/base/" && ls -l "$WORK/base" | tee "$SUMMARY" || exit
@@ -307,6 +323,8 @@ for stage in "${stages[@]}"; do
       fi
       [[ $STATIC_TESTS == 1 ]] && gpu_tests "$SHIPPED_S"
       evaluate shipped "$MODEL/model.pt" "$BASE_B1_SENTENCES" "1 $BASE_BIG_BATCHES" 0 ;;
+    basehead)  # issue 47: a head trained onto the reference base verifier (plan H)
+      join_base && export_base_verifier && add_head && return_head ;;
     all)
       tests_start "$EVALS_S"
       train_base $((EVALS_S + 60)) && add_head; trained=$?

@@ -4,18 +4,20 @@ One short run of the whole command: the distilled targets are the verifier's
 own greedy translations, one per source line and in order; the written
 checkpoint keeps every verifier weight bit for bit; beta=1 decoding with the
 new head equals greedy; the checkpoint decodes with stock ``fairseq-generate
---beam 5`` and with ``--spec-decoding``.
+--beam 5`` and with ``--spec-decoding``; the head trained from the verifier's
+cached states, whose draft loss equals the live verifier's.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from nmt_specdec.checkpoint_safety import load_checkpoint
-from nmt_specdec.workflows import add_draft_head
+from nmt_specdec.workflows import add_draft_head, cache_states
 from tests.helpers.fairseq_toy import PLUGINS_DIR, hypotheses, run_cli
 
 pytestmark = pytest.mark.slow
@@ -149,3 +151,51 @@ def test_the_cached_draft_loss_equals_the_live_one(added) -> None:
     assert cached["draft_total"] == live["draft_total"] > 0
     assert float(cached["draft_loss"]) == pytest.approx(float(live["draft_loss"]), rel=2e-3)
     assert abs(cached["draft_correct"] - live["draft_correct"]) <= 1
+
+
+# cache_states on its own: what the verifier computes for each sentence alone
+# (batched and padded there, float16 here), in dataset order; a rerun keeps
+# finished shards and rebuilds a damaged one.
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory, toy_data_bin: Path, tiny_transformer_ckpt: Path):
+    out = tmp_path_factory.mktemp("states") / "valid"
+    cache = cache_states.run(tiny_transformer_ckpt, toy_data_bin, "valid", out,
+                             max_tokens=64, shard_sentences=16, progress=False)
+    return out, cache
+
+
+def test_states_are_the_verifiers_for_each_sentence_alone(cached, toy_data_bin,
+                                                          tiny_transformer_ckpt) -> None:
+    _, cache = cached
+    model, task = cache_states.load_verifier(tiny_transformer_ckpt, toy_data_bin)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    assert len(cache) == len(dataset) > 16  # more than one shard
+    eos = task.target_dictionary.eos()
+    for index in (0, 7, 16, len(dataset) - 1):
+        source, target = dataset.src[index], dataset.tgt[index]
+        with torch.no_grad():
+            out = model.encoder(source.unsqueeze(0), src_lengths=torch.tensor([len(source)]))
+            prev = torch.cat([target.new_full((1,), eos), target[:-1]]).unsqueeze(0)
+            states, _ = model.decoder(prev, encoder_out=out, features_only=True)
+        encoder, cached_states = cache[index]
+        np.testing.assert_allclose(encoder, out["encoder_out"][0][:, 0].numpy(),
+                                   atol=5e-3, rtol=2e-3)
+        np.testing.assert_allclose(cached_states, states[0].numpy(), atol=5e-3, rtol=2e-3)
+
+
+def test_a_rerun_keeps_finished_shards_and_rebuilds_a_damaged_one(
+        cached, toy_data_bin, tiny_transformer_ckpt) -> None:
+    out, cache = cached
+    kept = (out / "shard-00000" / "states.npy").stat().st_mtime_ns
+    indices = (0, 17, len(cache) - 1)
+    before = {i: [np.array(a) for a in cache[i]] for i in indices}
+    damaged = out / "shard-00001" / "encoder.npy"
+    damaged.write_bytes(b"not an array")
+    again = cache_states.run(tiny_transformer_ckpt, toy_data_bin, "valid", out,
+                             max_tokens=64, shard_sentences=16, progress=False)
+    assert (out / "shard-00000" / "states.npy").stat().st_mtime_ns == kept
+    for index in indices:
+        for new, old in zip(again[index], before[index]):
+            np.testing.assert_array_equal(new, old)
