@@ -79,11 +79,8 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
             net_output = (model.decoder.output_layer(features), extra)
             ar_loss, nll_loss = self.compute_loss(model, net_output, sample, reduce=reduce)
         draft = self._draft_loss(model, sample, encoder_out, features.detach())
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        # The draft CE is a per-token mean rescaled to the AR loss's sum scale, so
-        # lambda means the same whatever the batch's draft/AR token ratio.
-        scale = sample_size / max(draft["tokens"], 1)
-        loss = ar_loss + self.draft_loss_weight * draft["loss"] * scale
+        draft_term, sample_size = self._weighted_draft_loss(draft, sample)
+        loss = ar_loss + draft_term
         logging_output = _logged(loss, ar_loss, nll_loss, draft, sample, sample_size)
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
@@ -101,10 +98,18 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         encoder_out = {"encoder_out": [sample["cached_encoder"].to(dtype)],
                        "encoder_padding_mask": [sample["cached_padding"]]}
         draft = self._draft_loss(model, sample, encoder_out, sample["cached_states"].to(dtype))
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        loss = self.draft_loss_weight * draft["loss"] * sample_size / max(draft["tokens"], 1)
+        loss, sample_size = self._weighted_draft_loss(draft, sample)
         zero = loss.new_zeros(())
         return loss, sample_size, _logged(loss, zero, zero, draft, sample, sample_size)
+
+    def _weighted_draft_loss(self, draft, sample):
+        """(lambda * the draft CE at the AR loss's scale, the batch's sample size).
+
+        The draft CE is a per-token mean rescaled to the AR loss's sum scale, so
+        lambda means the same whatever the batch's draft/AR token ratio."""
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        scale = sample_size / max(draft["tokens"], 1)
+        return self.draft_loss_weight * draft["loss"] * scale, sample_size
 
     def _draft_loss(self, model, sample, encoder_out, gold_states):
         target = sample.get("draft_target")
