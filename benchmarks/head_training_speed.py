@@ -1,14 +1,16 @@
-"""Draft-head training: updates per second with the verifier run in every update
-and with its states cached (``nmt-specdec-add-draft-head --state-cache on|off``).
+"""Draft-head training: updates per second with the verifier run in every update,
+with its states cached (``nmt-specdec-add-draft-head --state-cache on|off``), and
+cached under bfloat16 autocast (``--precision bf16``).
 
-Both runs train the same head (``add_draft_head.train_flags``: the command's own
-fairseq-train flags) on the same sentences, one after the other in this
-process's machine, for ``--updates`` updates each, without validation or
+The runs train the same head (``add_draft_head.train_flags``: the command's own
+fairseq-train flags) on the same sentences in the same order, one after the
+other on this machine, for ``--updates`` updates each, without validation or
 checkpoints; the cache is written first and its time and size are reported
-apart. Prints a markdown table (and ``--json``).
+apart. Beside the speed, each row gives the draft loss of its last updates, so
+that a faster row that learns worse shows. Prints a markdown table (and ``--json``).
 
     python benchmarks/head_training_speed.py --checkpoint VERIFIER.pt --data BIN \\
-        --sentences 4000 --updates 40 --k 6 --out /tmp/head_speed
+        --sentences 4000 --updates 40 --k 6 --out /tmp/head_speed [--baseline REV]
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ from nmt_specdec.evaluation.machine import cpu_model  # noqa: E402
 from nmt_specdec.workflows import add_draft_head, cache_states  # noqa: E402
 
 
+LAST = 10  # updates whose draft loss a row reports
+
+ROWS = {  # --rows key: (name, state cache, precision)
+    "live": ("verifier in every update", False, "fp32"),
+    "cached": ("cached states", True, "fp32"),
+    "cached-bf16": ("cached states, bf16 autocast", True, "bf16"),
+}
+
+
 def subset(data: Path, out: Path, sentences: int, valid: int) -> Path:
     if not (out / "train.de-en.de.idx").is_file():
         subprocess.run([sys.executable, str(REPO / "benchmarks/gpu/subset_bin.py"), str(data),
@@ -37,28 +48,47 @@ def subset(data: Path, out: Path, sentences: int, valid: int) -> Path:
     return out
 
 
-def train_seconds(flags, updates: int, threads: int, log: Path) -> dict:
-    """Runs fairseq-train for ``updates`` updates; wall seconds after the first
-    logged update (start-up and the first update's warm-up left out)."""
+def baseline_tree(rev: str, out: Path) -> Path:
+    """A checkout of ``rev`` (a git worktree under ``out``) whose code trains the
+    baseline row."""
+    commit = subprocess.run(["git", "rev-parse", "--verify", rev + "^{commit}"], cwd=REPO,
+                            check=True, capture_output=True, text=True).stdout.strip()
+    tree = out / f"baseline-{commit[:10]}"
+    if not (tree / "fairseq_plugins").is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", "--force", str(tree), commit],
+                       cwd=REPO, check=True, capture_output=True)
+    return tree
+
+
+def train_seconds(flags, updates: int, threads: int, log: Path, repo: Path = REPO) -> dict:
+    """Runs fairseq-train for ``updates`` updates with ``repo``'s code; wall seconds
+    after the first logged update (start-up and the first update's warm-up left
+    out) and the mean draft loss of the last ``LAST`` updates."""
+    if repo != REPO:
+        flags = [str(repo / "fairseq_plugins") if f == str(REPO / "fairseq_plugins") else f
+                 for f in flags]
     cmd = [sys.executable, "-m", "fairseq_cli.train", *flags, "--max-update", str(updates),
            "--disable-validation", "--no-save", "--log-interval", "1"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    stamps = []
+    stamps, losses = [], []
     with open(log, "w") as handle:
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, env=env, cwd=REPO)
+                                   text=True, env=env, cwd=repo)
         for line in process.stdout:
             handle.write(line)
             match = re.search(r"num_updates=(\d+)|\| num_updates (\d+)", line)
             if "train_inner" in line and match:
                 stamps.append(time.monotonic())
+                loss = re.search(r"draft_loss=([0-9.]+)", line)
+                losses.append(float(loss.group(1)) if loss else float("nan"))
         if process.wait() != 0:
             raise SystemExit(f"fairseq-train failed; see {log}")
     if len(stamps) < 3:
         raise SystemExit(f"too few logged updates in {log}")
     return {"updates": len(stamps) - 1,
             "seconds": stamps[-1] - stamps[0],
-            "updates_per_s": (len(stamps) - 1) / (stamps[-1] - stamps[0])}
+            "updates_per_s": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+            "draft_loss_last": sum(losses[-LAST:]) / len(losses[-LAST:])}
 
 
 def main() -> int:
@@ -71,6 +101,11 @@ def main() -> int:
     p.add_argument("--k", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS),
+                   help="which trainings to time (default: all)")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also train the live row with the code of this git revision (e.g. "
+                   "the commit before a change), first")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     data = subset(args.data, args.out / "data", args.sentences, 100)
@@ -82,28 +117,38 @@ def main() -> int:
                                max_tokens=args.max_tokens * 2) for split in ("train", "valid")]
     cache_s = time.monotonic() - started
     model_args, src, tgt = add_draft_head.read_verifier_config(args.checkpoint, data)
-    rows = {}
-    for state_cache in (False, True):
+
+    def flags(state_cache: bool, precision: str = "fp32"):
         cfg = add_draft_head.AddHeadConfig(
             checkpoint=args.checkpoint, data=data, out=args.out, k=args.k,
-            max_tokens=args.max_tokens, threads=args.threads, state_cache=state_cache)
-        flags = add_draft_head.train_flags(cfg, data, model_args, src, tgt, args.out / "ckpt")
-        name = "cached states" if state_cache else "verifier in every update"
-        rows[name] = train_seconds(flags, args.updates, args.threads,
-                                   args.out / f"train_{int(state_cache)}.log")
-    live, cached = rows["verifier in every update"], rows["cached states"]
+            max_tokens=args.max_tokens, threads=args.threads, state_cache=state_cache,
+            precision=precision)
+        return add_draft_head.train_flags(cfg, data, model_args, src, tgt, args.out / "ckpt")
+
+    rows = {}
+    if args.baseline:
+        rows[f"verifier in every update, code of {args.baseline}"] = train_seconds(
+            flags(False), args.updates, args.threads, args.out / "train_baseline.log",
+            baseline_tree(args.baseline, args.out))
+    for key in args.rows:
+        name, state_cache, precision = ROWS[key]
+        rows[name] = train_seconds(flags(state_cache, precision), args.updates, args.threads,
+                                   args.out / f"train_{key}.log")
+    live = next(iter(rows.values()))["updates_per_s"]  # the baseline's, if any
+    for row in rows.values():
+        row["vs_first_row"] = row["updates_per_s"] / live
     result = {"machine": cpu_model(), "threads": args.threads,
               "sentences": args.sentences, "k": args.k, "max_tokens": args.max_tokens,
               "cache_seconds": cache_s, "cache_bytes": sum(c.disk_bytes() for c in caches),
-              "rows": rows, "speedup": cached["updates_per_s"] / live["updates_per_s"]}
+              "rows": rows}
     print(f"| head training ({args.sentences} sentences, K={args.k}, {args.max_tokens} tokens "
           f"per update, {args.threads} threads, {result['machine']}) | updates | seconds | "
-          "updates/s |")
-    print("|---|---:|---:|---:|")
+          f"updates/s | x first row | draft loss, last {LAST} updates |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, row in rows.items():
-        print(f"| {name} | {row['updates']} | {row['seconds']:.1f} | {row['updates_per_s']:.3f} |")
-    print(f"\ncached / live: {result['speedup']:.2f}x; the cache: {cache_s:.0f} s to write, "
-          f"{result['cache_bytes'] / 2**20:.0f} MiB on disk")
+        print(f"| {name} | {row['updates']} | {row['seconds']:.1f} | {row['updates_per_s']:.3f} "
+              f"| {row['vs_first_row']:.2f}x | {row['draft_loss_last']:.3f} |")
+    print(f"\nthe cache: {cache_s:.0f} s to write, {result['cache_bytes'] / 2**20:.0f} MiB on disk")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

@@ -53,6 +53,15 @@ def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
     return " ".join(name for flag, name in ISA_FLAGS if flag in flags) or "no AVX2"
 
 
+def native_bf16() -> bool:
+    """Whether this machine multiplies bfloat16 natively: a CUDA GPU with bf16, or
+    a CPU with AVX512-BF16 or AMX (elsewhere bf16 is emulated, slower than fp32)."""
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    isa = cpu_isa().split()
+    return "AVX512-BF16" in isa or "AMX" in isa
+
+
 def runtime_versions() -> dict:
     """Versions of the runtimes whose rows a table may hold (None: not installed)."""
     versions = {}

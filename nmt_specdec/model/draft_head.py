@@ -78,6 +78,16 @@ def shortlist_logits(slots: Tensor, weight: Tensor, shortlist: Tensor,
     return torch.full_like(like, float("-inf")).scatter(2, shortlist, short)
 
 
+def _project(slots: Tensor, weight: Tensor) -> Tensor:
+    """(B', K, V) logits of the (K, B', C) slot states against ``weight`` (V, C).
+
+    The states are made batch-first and contiguous before the projection: a
+    transposed view would make ``F.linear`` a batched product with the weight
+    broadcast to every row, several times slower on a CPU (and copied whole
+    under bfloat16 autocast)."""
+    return F.linear(slots.transpose(0, 1).contiguous(), weight)
+
+
 class DraftHead(nn.Module):
     """Predicts K tokens after the last committed token in one bidirectional pass.
 
@@ -235,7 +245,7 @@ class DraftHead(nn.Module):
             x, _, _ = layer(x, enc, enc_pad)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        first = F.linear(x[1:].transpose(0, 1), self.output_weight())  # (B', K, V)
+        first = _project(x[1:], self.output_weight())  # (B', K, V)
         if not len(self.refine_layers) or slot_tokens is None:
             return first, None
         y = self.refine_inputs(x.transpose(0, 1), last_tokens, slot_tokens)
@@ -245,4 +255,4 @@ class DraftHead(nn.Module):
             y, _, _ = layer(y, enc, enc_pad, self_attn_mask=causal)
         if self.refine_norm is not None:
             y = self.refine_norm(y)
-        return first, F.linear(y[1:].transpose(0, 1), self.output_weight())
+        return first, _project(y[1:], self.output_weight())

@@ -52,6 +52,7 @@ from nmt_specdec.data.steps import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT = "report.json"
 STATES = "states"
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class AddHeadConfig:
         extra_max_lines: use at most this many lines of ``extra_source``.
         state_cache: train from the verifier's cached states (False: run the
             verifier in every update).
+        precision: "bf16": the losses under bfloat16 autocast (float32 weights
+            and optimizer); "fp32"; "auto": bf16 where the training device
+            multiplies bfloat16 natively (:func:`~nmt_specdec.evaluation.machine.native_bf16`), else fp32.
     """
 
     checkpoint: Path
@@ -107,6 +111,7 @@ class AddHeadConfig:
     spm_model: Path | None = None
     extra_max_lines: int = 200_000
     state_cache: bool = True
+    precision: str = "auto"
 
     def validate(self) -> None:
         if not self.checkpoint.is_file():
@@ -125,12 +130,24 @@ class AddHeadConfig:
             raise RecipeError(f"--init-head {self.init_head} does not exist")
         if self.budget_minutes <= 0:
             raise RecipeError("--budget-minutes must be > 0")
+        if self.precision not in PRECISIONS:
+            raise RecipeError(f"--precision must be one of {', '.join(PRECISIONS)}, "
+                              f"got {self.precision}")
         if self.extra_source is not None:
             if not self.extra_source.is_file():
                 raise RecipeError(f"--extra-source {self.extra_source} does not exist")
             if self.spm_model is None or not self.spm_model.is_file():
                 raise RecipeError("--extra-source needs --spm-model (the model's "
                                   "SentencePiece model)")
+
+
+def training_precision(precision: str) -> str:
+    """``--precision`` resolved for this machine: "fp32" or "bf16"."""
+    from nmt_specdec.evaluation.machine import native_bf16
+
+    if precision in ("fp32", "bf16"):
+        return precision
+    return "bf16" if native_bf16() else "fp32"  # auto
 
 
 def verifier_arch_flags(model_args: argparse.Namespace) -> List[str]:
@@ -211,6 +228,8 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
     ]
     if cfg.state_cache:
         flags += ["--cached-states", str((cfg.out / STATES).resolve())]
+    if training_precision(cfg.precision) == "bf16":
+        flags += ["--draft-bf16"]
     return flags + ([] if torch.cuda.is_available() else ["--cpu"])
 
 
@@ -309,7 +328,7 @@ def run(cfg: AddHeadConfig) -> Dict:
     report = acceptance_report(model_path, data, "valid", list(range(1, cfg.k + 1)),
                                cfg.valid_sentences, cfg.threads)
     report.update(train=asdict(info), command=" ".join(sys.argv), head_file=str(head_path),
-                  state_cache_bytes=cache_bytes,
+                  state_cache_bytes=cache_bytes, precision=training_precision(cfg.precision),
                   updates_per_second=info.updates / max(info.train_seconds, 1e-9),
                   wall_minutes=(time.monotonic() - started) / 60, config=_jsonable(cfg))
     with atomic_text(cfg.out / REPORT) as handle:
@@ -349,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on: one pass of the verifier caches what the head reads (float16 "
                    "shards in OUT/states), and training never runs the verifier; off: every "
                    "update runs it")
+    p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                   help="bf16: train under bfloat16 autocast (float32 weights and "
+                   "optimizer); auto: bf16 where the CPU has AVX512-BF16 or AMX or the GPU "
+                   "has bf16, else fp32 (bf16 emulated is slower than fp32)")
     logs.add_verbose_flag(p)
     return p
 
@@ -366,7 +389,7 @@ def _print(report: Dict) -> None:
 
     print(format_report(report))
     cache = report.get("state_cache_bytes") or 0
-    print(f"training: {report['train']['updates']} updates, "
+    print(f"training: {report['train']['updates']} updates in {report['precision']}, "
           f"{report['updates_per_second']:.2f} per second; "
           + (f"verifier states cached: {cache / 2**20:.1f} MiB" if cache
              else "no state cache (the verifier ran in every update)"))

@@ -5,7 +5,8 @@ own greedy translations, one per source line and in order; the written
 checkpoint keeps every verifier weight bit for bit; beta=1 decoding with the
 new head equals greedy; the checkpoint decodes with stock ``fairseq-generate
 --beam 5`` and with ``--spec-decoding``; the head trained from the verifier's
-cached states, whose draft loss equals the live verifier's.
+cached states, whose draft loss equals the live verifier's (and, under bfloat16
+autocast, nearly equals it).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def test_training_read_the_verifiers_cached_states(added) -> None:
     for split in ("train", "valid"):
         assert (cfg.out / add_draft_head.STATES / split / "meta.json").is_file()
     assert report["updates_per_second"] > 0
+    # --precision auto: bf16 autocast where this machine multiplies bf16 natively.
+    assert report["precision"] == add_draft_head.training_precision("auto")
     # The shipped checkpoint keeps no path of the training machine.
     joint = load_checkpoint(str(cfg.out / "model.pt"))
     assert joint["cfg"]["task"]["cached_states"] is None
@@ -151,6 +154,40 @@ def test_the_cached_draft_loss_equals_the_live_one(added) -> None:
     assert cached["draft_total"] == live["draft_total"] > 0
     assert float(cached["draft_loss"]) == pytest.approx(float(live["draft_loss"]), rel=2e-3)
     assert abs(cached["draft_correct"] - live["draft_correct"]) <= 1
+
+
+def test_bf16_autocast_trains_the_head_alone_at_the_fp32_loss(added) -> None:
+    """--draft-bf16 (``--precision bf16``): the losses run under bfloat16 autocast,
+    near the float32 loss but not equal to it, and a training step still
+    updates only the head."""
+    from fairseq_plugins.specdec_criterion import SpecDecJointLoss
+    from nmt_specdec import checkpoints
+
+    cfg, _ = added
+    checkpoints.register_plugin()
+    model, task = checkpoints.load(str(cfg.out / "model.pt"), {"data": str(cfg.out / "data")})
+    model.freeze_verifier()
+    task.cfg.cached_states = str(cfg.out / add_draft_head.STATES)
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[i] for i in range(12)])
+    criterion = SpecDecJointLoss(task, False, 0.1)
+    losses = {}
+    for bf16 in (False, True):
+        task.cfg.draft_bf16 = bf16
+        losses[bf16] = float(task.valid_step(sample, model, criterion)[0])
+    assert losses[True] != losses[False]
+    assert losses[True] == pytest.approx(losses[False], rel=2e-2)
+
+    class Backward:
+        def backward(self, loss):
+            loss.backward()
+
+    loss, _, _ = task.train_step(sample, model, criterion, Backward(), update_num=1)
+    assert torch.isfinite(loss)
+    for name, param in model.named_parameters():
+        trained = name.startswith("draft_head.")
+        assert (param.grad is not None) == (trained and param.requires_grad), name
 
 
 # cache_states on its own: what the verifier computes for each sentence alone

@@ -34,3 +34,19 @@ def test_machine_line_names_isa_and_runtimes() -> None:
     assert "AMD EPYC [AVX2 AVX-512] (cpu)" in line
     assert f"ONNX Runtime {machine['onnxruntime']}" in line
     assert f"CTranslate2 {machine['ctranslate2']}" in line
+
+
+def test_bf16_training_only_where_the_machine_multiplies_bf16(monkeypatch) -> None:
+    """``--precision auto`` trains in bf16 on CPUs with AVX512-BF16 or AMX only:
+    emulated bf16 is slower than fp32."""
+    from nmt_specdec.evaluation import machine
+    from nmt_specdec.workflows.add_draft_head import training_precision
+
+    monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: False)
+    for isa, native in (("AVX2 AVX-512 VNNI AVX512-BF16", True), ("AVX2 AVX-512 AMX", True),
+                        ("AVX2 AVX-512 VNNI", False), ("unknown", False)):
+        monkeypatch.setattr(machine, "cpu_isa", lambda isa=isa: isa)
+        assert machine.native_bf16() is native
+        assert training_precision("auto") == ("bf16" if native else "fp32")
+        assert training_precision("fp32") == "fp32"
+        assert training_precision("bf16") == "bf16"
