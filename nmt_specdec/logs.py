@@ -27,6 +27,9 @@ from typing import Iterator
 OWN_LOGGER = "nmt_specdec"
 # A compile-time warning's "module" is its file's path without ".py".
 LIBRARY_SOURCES = r".*[\\/]fairseq[\\/]"
+# torch on fairseq's attention, which passes a boolean padding mask beside a float
+# causal mask (the verifier's states pass of nmt-specdec-add-draft-head).
+_LIBRARY_USE_MESSAGES = (r"Support for mismatched key_padding_mask and attn_mask",)
 VERBOSE_HELP = "also show the INFO logs of fairseq, ONNX Runtime and other libraries"
 
 _verbose = False
@@ -82,11 +85,14 @@ def setup(verbose: bool = False) -> None:
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger(OWN_LOGGER).setLevel(logging.INFO)
     # Python 3.12 compiles fairseq's modules with "invalid escape sequence" warnings
-    # (where no .pyc was written at install): about its source, not the user's run.
-    # A verbose setup after a quiet one takes the filter back.
-    warnings.filters[:] = [f for f in warnings.filters if not _hides_library_syntax(f)]
+    # (where no .pyc was written at install): about its source, not the user's run;
+    # so are torch's warnings about how fairseq calls it. A verbose setup after a
+    # quiet one takes the filters back.
+    warnings.filters[:] = [f for f in warnings.filters if not _is_quiet_filter(f)]
     if not verbose:
         warnings.filterwarnings("ignore", category=SyntaxWarning, module=LIBRARY_SOURCES)
+        for message in _LIBRARY_USE_MESSAGES:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
 
 
 # What fairseq's generation CLIs print on stderr through libraries, about fairseq's
@@ -120,10 +126,12 @@ def _not_a_config_dump(record: logging.LogRecord) -> bool:
     return isinstance(record.msg, str)
 
 
-def _hides_library_syntax(item: tuple) -> bool:
-    """Whether a ``warnings.filters`` entry is the one :func:`setup` adds."""
-    module = item[3]
-    return item[2] is SyntaxWarning and getattr(module, "pattern", module) == LIBRARY_SOURCES
+def _is_quiet_filter(item: tuple) -> bool:
+    """Whether a ``warnings.filters`` entry is one that a quiet :func:`setup` adds."""
+    _, message, category, module, _ = item
+    if category is SyntaxWarning:
+        return getattr(module, "pattern", module) == LIBRARY_SOURCES
+    return category is UserWarning and getattr(message, "pattern", message) in _LIBRARY_USE_MESSAGES
 
 
 def verbose() -> bool:

@@ -76,6 +76,15 @@ def test_library_syntax_warnings_are_shown_only_with_verbose() -> None:
     assert "/site/fairseq/models/asr.py:1: SyntaxWarning" in loud.stderr
 
 
+def test_torch_warnings_on_fairseq_attention_are_shown_only_with_verbose() -> None:
+    code = ("from nmt_specdec import logs; logs.setup({}); import warnings\n"
+            "warnings.warn('Support for mismatched key_padding_mask and attn_mask is "
+            "deprecated.', UserWarning)\nwarnings.warn('your own', UserWarning)")
+    quiet, loud = _run(code.format(False)), _run(code.format("False); logs.setup(True"))
+    assert "key_padding_mask" not in quiet.stderr and "your own" in quiet.stderr
+    assert "UserWarning: Support for mismatched key_padding_mask" in loud.stderr
+
+
 @pytest.fixture()
 def restore_logging():
     root, own = logging.getLogger(), logging.getLogger(logs.OWN_LOGGER)
