@@ -200,7 +200,7 @@ def _run_teed(cmd: list[str], env: dict, cwd: Path, log_path: Path) -> str:
     progress (every line with ``--verbose``; else each epoch's summary and the end)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
-    with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log, subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, bufsize=1,
     ) as proc:
