@@ -43,6 +43,8 @@ class EvalConfig:
         grid_beta: SpecDec top-beta widths.
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
         grid_candidates: drafts verified per slot (``--spec-candidates``) for K > 0.
+        grid_refine_steps: the draft head's refinement runs (``--draft-refine-steps``)
+            for K > 0 (empty: the head's own setting alone).
         stock_only: time only the stock generator (any fairseq checkpoint).
         backends: SpecDec backends; every SpecDec row runs on each.
         int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
@@ -94,6 +96,7 @@ class EvalConfig:
     grid_beta: Tuple[int, ...] = (1, 3, 5)
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
     grid_candidates: Tuple[int, ...] = (1,)
+    grid_refine_steps: Tuple[int, ...] = ()
     stock_only: bool = False
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
     int8: bool = False
@@ -191,7 +194,9 @@ class DecoderSpec:
         k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
         tree = f" C={self.candidates}" if self.candidates > 1 else ""
         drafter = "" if self.drafter == "head" else f" drafter={self.drafter}"
-        return f"SpecDec {k}{tree} β={self.beta}{tau}{drafter}{half}{runtime}"
+        steps = self.decoding.draft_refine_steps
+        refine = "" if steps is None else f" refine×{steps}"
+        return f"SpecDec {k}{tree} β={self.beta}{tau}{refine}{drafter}{half}{runtime}"
 
     @property
     def role(self) -> str:
@@ -293,7 +298,10 @@ def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec
             for tau in (0.0,) if beta == 1 else cfg.grid_tau:
                 specs.append(specdec(k=default_k, auto_k=True, beta=beta, tau=float(tau),
                                      backend="torch"))
-    return specs
+    if not cfg.grid_refine_steps:
+        return specs
+    return [_with(spec, draft_refine_steps=steps) if spec.k else spec
+            for spec in specs for steps in (cfg.grid_refine_steps if spec.k else (None,))]
 
 
 def validate(cfg: EvalConfig) -> None:
@@ -315,6 +323,9 @@ def validate(cfg: EvalConfig) -> None:
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)
     _check_positive("--grid-candidates", cfg.grid_candidates)
+    if any(steps < 0 for steps in cfg.grid_refine_steps):
+        raise UserError(f"--grid-refine-steps values must be >= 0, got "
+                        f"{min(cfg.grid_refine_steps)}")
     if cfg.max_sentences is not None:
         _check_positive("--first-sentences", [cfg.max_sentences])
     if cfg.warmup_batches < 0:

@@ -95,24 +95,7 @@ def make_row(
     seconds = run.median_seconds
     stats = run.stats
     return {
-        "name": row_name(run, stats),
-        "role": run.spec.role,
-        "decoder": run.spec.kind,
-        "backend": run.spec.backend if run.spec.kind == "specdec" else None,
-        "int8": run.spec.int8,
-        "fused_draft": run.spec.fused_draft,
-        "drafter": run.spec.drafter,
-        "dtype": run.spec.dtype,
-        "beam": run.spec.beam,
-        "k": run.spec.k,
-        "auto_k": run.spec.auto,
-        "k_chosen": dict(stats.k_chosen) if stats else None,
-        "beta": run.spec.beta,
-        "tau": run.spec.tau,
-        "candidates": run.spec.candidates,
-        "cuda_graphs": run.spec.decoding.cuda_graphs if run.spec.kind == "specdec" else None,
-        # CUDA graph capture, over the whole run (warm-up included), not in wall_s.
-        "capture_s": getattr(run.generator, "capture_seconds", None),
+        **_config_fields(run, stats),
         "batch_size": run.batch_size,
         **_timing_fields(run, baseline, engine_greedy),
         "sentences_per_s": num_sentences / seconds,
@@ -133,6 +116,32 @@ def make_row(
         "profile": profile.as_dict() if profile else None,
     }
 
+
+def _config_fields(run: Run, stats: Optional[SpecDecStats]) -> dict:
+    """What the row decoded with (None where a field is not the decoder's)."""
+    spec = run.spec
+    specdec = spec.kind == "specdec"
+    return {
+        "name": row_name(run, stats),
+        "role": spec.role,
+        "decoder": spec.kind,
+        "backend": spec.backend if specdec else None,
+        "int8": spec.int8,
+        "fused_draft": spec.fused_draft,
+        "drafter": spec.drafter,
+        "dtype": spec.dtype,
+        "beam": spec.beam,
+        "k": spec.k,
+        "auto_k": spec.auto,
+        "k_chosen": dict(stats.k_chosen) if stats else None,
+        "beta": spec.beta,
+        "tau": spec.tau,
+        "candidates": spec.candidates,
+        "draft_refine_steps": spec.decoding.draft_refine_steps if specdec else None,
+        "cuda_graphs": spec.decoding.cuda_graphs if specdec else None,
+        # CUDA graph capture, over the whole run (warm-up included), not in wall_s.
+        "capture_s": getattr(run.generator, "capture_seconds", None),
+    }
 
 def _timing_fields(run: Run, baseline: Run, engine_greedy: Optional[Run]) -> dict:
     """Wall times and speedups: median and min-max over repeats."""

@@ -190,12 +190,6 @@ class DraftHead(nn.Module):
             x = verifier.layernorm_embedding(x)
         return x
 
-    @property
-    def source_layers(self) -> int:
-        """Layers that attend to the source when decoding (first pass, then the
-        refinement unless it is switched off with ``refine_steps = 0``)."""
-        return len(self.layers) + (len(self.refine_layers) if self.refine_steps else 0)
-
     def refine_inputs(self, hidden: Tensor, last_tokens: Tensor, slot_tokens: Tensor) -> Tensor:
         """(B, K+1, C) rows of the refinement pass: the first pass's output states
         ``hidden`` with, at slot j, the embedding of the token slot j follows

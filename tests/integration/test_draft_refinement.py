@@ -10,6 +10,7 @@ fresh when the shipped head has none), 40 hand-written sentences:
 - beta=1 output equals greedy with a refined head, on torch and on
   onnxruntime, and the onnxruntime draft graph (refinement unrolled) drafts
   as the torch pass does: same iterations, sentence by sentence;
+- ``--draft-refine-steps`` changes one decoder's refinement runs, not the head's;
 - ``--init-draft-head-from`` copies a trained head and refuses one that does
   not fit, in one line.
 """
@@ -88,8 +89,6 @@ def test_lean_pass_runs_the_refinement_as_the_module_does(shipped):
     model, task, sources = shipped
     states, last, positions, encoder_out = _block(model, task, sources)
     head, pad = model.draft_head, task.target_dictionary.pad()
-    lean = LeanDraftHead(head, pad)
-    lean.start_batch(encoder_out)
     with torch.no_grad():
         first, _ = head.forward_refined(states, last, positions, encoder_out, K)
         logits = first = first.index_fill(2, torch.tensor([pad]), float("-inf"))
@@ -97,7 +96,8 @@ def test_lean_pass_runs_the_refinement_as_the_module_does(shipped):
         outside = torch.ones_like(first, dtype=torch.bool).scatter(
             2, first.topk(head.refine_shortlist, dim=-1).indices, False)
         for steps in range(K + 3):
-            head.refine_steps = steps
+            lean = LeanDraftHead(head, pad, refine_steps=steps)
+            lean.start_batch(encoder_out)
             got = lean.slot_logits(states, last, positions, K)
             finite = logits.isfinite()
             assert torch.allclose(got[finite], logits[finite], atol=1e-4), steps
@@ -110,7 +110,6 @@ def test_lean_pass_runs_the_refinement_as_the_module_does(shipped):
             logits = logits.masked_fill(outside, float("-inf"))
     # After K runs every slot reads drafts that no longer change.
     assert torch.equal(drafts, fixed)
-    head.refine_steps = 1
 
 
 @pytest.mark.parametrize("steps", [1, K - 1])
@@ -137,6 +136,39 @@ def test_onnxruntime_draft_graph_refines_as_the_torch_pass(shipped, onnx_cache):
     default = _generator(model, task, K, 1, make_backend("onnxruntime", model, dictionary))
     assert decode_all(default, model, task, sources, 8) == greedy
     with_refinement(model, 1)
+
+
+def _decoded(generator, model, task, sources) -> list:
+    """(tokens, iterations) of each sentence at batch 1."""
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
+            for i in range(len(sources))]
+    return [(hyp["tokens"].tolist(), hyp["iterations"]) for hyp in hyps]
+
+
+def test_draft_refine_steps_drafts_as_a_head_set_to_run_that_often(shipped, onnx_cache):
+    """--draft-refine-steps N on one decoder: its drafts are those of the head set
+    to N runs, on torch and in onnxruntime's draft graph; the head's own setting
+    and the other decoders on the same model stay as they were."""
+    from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
+    from nmt_specdec.decoding.options import DecodingOptions
+
+    model, task, sources = shipped
+    with_refinement(model, 2)
+    twice = _decoded(_generator(model, task, K), model, task, sources)
+    with_refinement(model, 1)
+    asked = DecodingOptions(k=K, draft_refine_steps=2)
+    dictionary = task.target_dictionary
+    ort = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False,
+                     refine_steps=2)
+    own = _generator(model, task, K)
+    assert _decoded(_generator(model, task, options=asked), model, task, sources) == twice
+    assert _decoded(_generator(model, task, options=asked, backend=ort),
+                    model, task, sources) == twice
+    once = _decoded(own, model, task, sources)
+    assert model.draft_head.refine_steps == 1
+    assert [tokens for tokens, _ in once] == [tokens for tokens, _ in twice]  # beta=1
+    assert sum(it for _, it in once) != sum(it for _, it in twice)
 
 
 def test_init_draft_head_from_copies_a_head_or_refuses_in_one_line(shipped, tmp_path):

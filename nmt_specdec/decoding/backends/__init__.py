@@ -18,7 +18,7 @@ backend. A new backend adds one folder here and touches nothing else: a
 :class:`~.base.Backend` subclass with its :class:`~.base.VerifierCalls` and a
 :class:`~nmt_specdec.decoding.drafters.Drafter`, and in the folder's ``__init__``
 ``OPTIONS`` (which of ``int8``, ``fused_draft`` it takes) and
-``create(model, tgt_dict, int8, fused_draft, exact_scores)``. :data:`BACKENDS`
+``create(model, tgt_dict, int8, fused_draft, exact_scores, refine_steps)``. :data:`BACKENDS`
 lists the folders.
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Optional
 
 import torch
 from torch import nn
@@ -67,10 +68,12 @@ def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> N
 
 
 def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
-                 fused_draft: bool = False, exact_scores: bool = False) -> Backend:
+                 fused_draft: bool = False, exact_scores: bool = False,
+                 refine_steps: Optional[int] = None) -> Backend:
     """The backend ``name`` for ``model`` (special ids from ``tgt_dict``;
     ``exact_scores``: onnxruntime's fp32 verifier computes every logit in fp32
-    instead of certifying its decisions over an 8-bit output projection).
+    instead of certifying its decisions over an 8-bit output projection;
+    ``refine_steps``: the draft head's refinement runs, None for the head's own).
 
     Raises:
         UserError: unknown name, an option the backend lacks, a model it cannot
@@ -80,7 +83,7 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
     name = resolve_backend(name, weight.device, weight.dtype)
     check_backend(name, int8, fused_draft)
     return _package(name).create(model, tgt_dict, int8=int8, fused_draft=fused_draft,
-                                 exact_scores=exact_scores)
+                                 exact_scores=exact_scores, refine_steps=refine_steps)
 
 
 def _package(name: str):

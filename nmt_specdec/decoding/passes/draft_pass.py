@@ -10,7 +10,7 @@ Shapes: B rows, K draft slots, C model dim, V draft vocabulary.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,20 @@ from nmt_specdec.decoding.passes.verifier_pass import EncoderOut, encoder_memory
 from nmt_specdec.model.draft_head import DraftHead, shortlist_logits
 
 
+def refine_steps_of(head: DraftHead, asked: Optional[int]) -> int:
+    """How many times ``head``'s refinement runs when ``asked`` (None: as the head
+    was trained to; a head without refinement layers: never)."""
+    if not len(head.refine_layers):
+        return 0
+    return head.refine_steps if asked is None else asked
+
+
+def source_layers(head: DraftHead, asked: Optional[int]) -> int:
+    """Layers of ``head`` that attend to the source when its refinement runs as
+    ``asked`` (see :func:`refine_steps_of`)."""
+    return len(head.layers) + (len(head.refine_layers) if refine_steps_of(head, asked) else 0)
+
+
 def _no_cache(layer: int, key: Tensor, value: Tensor):
     return key, value
 
@@ -40,16 +54,19 @@ class LeanDraftHead:
     Args:
         head: the model's :class:`DraftHead` (eval mode).
         pad: padding id, never proposed.
+        refine_steps: times the refinement layers run (None: the head's own setting;
+            0 for a head without them, whatever is asked).
     """
 
-    def __init__(self, head: DraftHead, pad: int):
+    def __init__(self, head: DraftHead, pad: int, refine_steps: Optional[int] = None):
         self.head = head
+        self.refine_steps = refine_steps_of(head, refine_steps)
         verifier = head.verifier
         self.positions = (None if verifier.embed_positions is None else
                           PositionTable(verifier.embed_positions, 2 * verifier.max_positions()))
         # First pass, then refinement: every layer that reads the source, in
         # the order of the encoder's draft keys/values.
-        refine = head.refine_layers if head.refine_steps else []
+        refine = head.refine_layers if self.refine_steps else []
         self.layers = [layer_weights(layer) for layer in (*head.layers, *refine)]
         self.first_layers = len(head.layers)
         self.refine_norm = None if head.refine_norm is None else (
@@ -89,12 +106,12 @@ class LeanDraftHead:
                          self.final_norm)
         first = logits = self._project(x)
         head = self.head
-        if head.refine_steps:
+        if self.refine_steps:
             block = torch.arange(num_slots + 1, device=x.device)
             causal = SelfAttention(_no_cache, block.view(-1, 1) >= block.view(1, -1))
             shortlist = (first.topk(min(head.refine_shortlist, first.size(-1)), dim=-1).indices
                          if head.refine_shortlist else None)
-        for _ in range(head.refine_steps):
+        for _ in range(self.refine_steps):
             y = head.refine_inputs(x, last_tokens, logits.argmax(dim=-1))
             y = self._layers(y, range(self.first_layers, len(self.layers)), causal,
                              self.refine_norm)

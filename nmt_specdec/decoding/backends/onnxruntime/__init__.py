@@ -21,7 +21,7 @@ OPTIONS = frozenset({"int8", "fused_draft"})
 
 
 def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,
-           exact_scores: bool = False):
+           exact_scores: bool = False, refine_steps=None):
     """The backend for an fp32 ``model``, one per (model, options): the hub builds a
     generator per call and the evaluation one per row; each would otherwise hash
     the weights again and hold its own copy of them in its sessions."""
@@ -35,11 +35,11 @@ def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,
         raise UserError(f"--backend onnxruntime runs fp32 models (and --int8): decode this "
                         f"{dtype} model with --backend torch")
     require_onnxruntime()
-    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores)
+    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores, refine_steps)
     shared = _SHARED.setdefault(model, {})
     if key not in shared:
         shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft,
-                                 certified=not exact_scores)
+                                 certified=not exact_scores, refine_steps=refine_steps)
     return shared[key]
 
 

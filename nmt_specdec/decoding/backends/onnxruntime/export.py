@@ -42,6 +42,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
+from nmt_specdec.decoding.passes.draft_pass import refine_steps_of
 from nmt_specdec.errors import UserError
 from nmt_specdec.hashing import file_sha256, tensors_sha256
 
@@ -64,13 +65,13 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
-             int8_draft: bool, certified: bool):
+             int8_draft: bool, certified: bool, refine_steps: Optional[int]):
     """``(directory name, identity)`` of a set of graphs: the manifest must match
     ``identity`` for cached graphs to be used."""
     import onnxruntime
 
     digest = weights_sha256(model)
-    refine_steps, shortlist = _refine(model)
+    refine_steps, shortlist = _refine(model, refine_steps)
     variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
                + ("-certified" if certified else "")
                + ("-int8draft" if int8_draft else "")
@@ -88,16 +89,19 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
 
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
               root: Optional[Path] = None, fused: bool = False,
-              int8_draft: bool = False, certified: bool = False) -> Path:
+              int8_draft: bool = False, certified: bool = False,
+              refine_steps: Optional[int] = None) -> Path:
     """The directory of valid graphs for ``model``, exporting them if needed
     (``fused``: also the fused verify+draft graph, in a directory of its own so
     that the plain variant does not store its weights twice; ``int8_draft``: an
     8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`;
     ``certified``: the fp32 verifier's output projection in 8 bits with its
-    decisions certified, see :mod:`.projection`)."""
+    decisions certified, see :mod:`.projection`; ``refine_steps``: the draft
+    head's refinement runs, None for the head's own)."""
     int8_draft = int8_draft and not int8
     certified = certified and not int8
-    variant, identity = _variant(model, pad, eos, int8, fused, int8_draft, certified)
+    variant, identity = _variant(model, pad, eos, int8, fused, int8_draft, certified,
+                                 refine_steps)
     directory = (root or cache_root()) / identity["weights_sha256"] / variant
     if _is_valid(directory, identity):
         return directory
@@ -114,7 +118,8 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         f"({err.strerror}); set NMT_SPECDEC_ONNX_CACHE to a writable "
                         "directory") from None
     try:
-        files = export_graphs(model, pad, building, fused, certified, same_bits=int8)
+        files = export_graphs(model, pad, building, fused, certified, same_bits=int8,
+                              refine_steps=refine_steps)
         files = _quantize(building, files, identity)
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -167,11 +172,12 @@ def _has_rows_graph(identity: Dict) -> bool:
     return (identity["int8"] or identity["certified"]) and not identity["fused"]
 
 
-def _refine(model: nn.Module) -> tuple:
-    """(runs, shortlist) of the head's refinement: unrolled into the draft graph,
-    so they name its cache variant (they are settings, not weights)."""
+def _refine(model: nn.Module, asked: Optional[int]) -> tuple:
+    """(runs, shortlist) of the head's refinement, run as ``asked`` (None: as the
+    head says): unrolled into the draft graph, so they name its cache variant
+    (they are settings, not weights)."""
     head = getattr(model, "draft_head", None)
-    steps = getattr(head, "refine_steps", 0)
+    steps = 0 if head is None else refine_steps_of(head, asked)
     return (steps, head.refine_shortlist) if steps else (0, 0)
 
 

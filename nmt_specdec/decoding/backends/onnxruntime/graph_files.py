@@ -61,25 +61,28 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
 
 
 def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
-                  certified: bool = False, same_bits: bool = False) -> list:
+                  certified: bool = False, same_bits: bool = False,
+                  refine_steps: Optional[int] = None) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names
-    (``same_bits``: see :class:`~.graphs.VerifyGraph`, for the 8-bit variant)."""
+    (``same_bits``: see :class:`~.graphs.VerifyGraph`, for the 8-bit variant;
+    ``refine_steps``: the draft head's refinement runs, None for its own)."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
     frozen = [p for p in model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out, fused, certified, same_bits)
+        return _export_graphs(model, pad, out, fused, certified, same_bits, refine_steps)
     finally:
         for p in frozen:
             p.requires_grad_(True)
 
 
 def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified: bool,
-                   same_bits: bool) -> list:
+                   same_bits: bool, refine_steps: Optional[int]) -> list:
     verifier = LeanVerifier(model.decoder)
-    head = LeanDraftHead(model.draft_head, pad) if hasattr(model, "draft_head") else None
+    head = (LeanDraftHead(model.draft_head, pad, refine_steps) if hasattr(model, "draft_head")
+            else None)
     memory = _export_encoder(model, verifier, head, pad, out)
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
     # Room for every example pass's inputs at their slots (start + N <= T).

@@ -326,12 +326,12 @@ class DraftGraph(nn.Module):
         x = self._layers(x, range(lean.first_layers), None, lean.final_norm, memory_mask, cross)
         first = logits = torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
         head = self.head
-        if head.refine_steps:
+        if lean.refine_steps:
             block = arange_like(x, 1)
             causal = block.view(-1, 1) >= block.view(1, -1)  # (K+1, K+1)
             shortlist = (first.topk(min(head.refine_shortlist, first.size(-1)), dim=-1).indices
                          if head.refine_shortlist else None)
-        for _ in range(head.refine_steps):  # unrolled: one call either way
+        for _ in range(lean.refine_steps):  # unrolled: one call either way
             y = head.refine_inputs(x, last_tokens, logits.argmax(dim=-1))
             y = self._layers(y, range(lean.first_layers, len(lean.layers)), causal,
                              lean.refine_norm, memory_mask, cross)

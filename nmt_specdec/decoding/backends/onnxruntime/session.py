@@ -37,6 +37,7 @@ from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.decision.tree import parent_index
+from nmt_specdec.decoding.passes.draft_pass import source_layers
 from nmt_specdec.decoding.passes.weights_watch import WeightsWatch
 from nmt_specdec.errors import UserError
 
@@ -266,13 +267,16 @@ class OrtBackend(Backend):
             decisions certified in fp32 (the default; see :mod:`.projection`):
             the same tokens, a cheaper verify call at batch 1, positional scores
             within ~3e-3. Off: every logit in fp32.
+        refine_steps: the draft head's refinement runs, unrolled into the draft
+            graph (None: the head's own setting).
     """
 
     name = "onnxruntime"
 
     def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
                  threads: Optional[int] = None, fused_draft: bool = False,
-                 int8_draft: bool = True, certified: bool = True):
+                 int8_draft: bool = True, certified: bool = True,
+                 refine_steps: Optional[int] = None):
         super().__init__()
         self._ort = require_onnxruntime()
         if any(p.device.type != "cpu" for p in model.parameters()):
@@ -282,6 +286,7 @@ class OrtBackend(Backend):
         # entries would never go if their value held the key.
         self._model = weakref.ref(model)
         self.pad, self.eos, self.int8 = pad, eos, int8
+        self.refine_steps = refine_steps
         self.fused_draft = fused_draft
         # The fused graph's draft head is quantized as the draft graph's (see export).
         self.int8_draft = int8_draft and not int8
@@ -302,10 +307,10 @@ class OrtBackend(Backend):
     def _load(self) -> None:
         directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
                                      fused=self.fused_draft, int8_draft=self.int8_draft,
-                                     certified=self.certified)
+                                     certified=self.certified, refine_steps=self.refine_steps)
         self.directory = directory
         head = getattr(self.model, "draft_head", None)
-        draft_layers = head.source_layers if head is not None else 0
+        draft_layers = source_layers(head, self.refine_steps) if head is not None else 0
 
         def session(name: str, disabled=DISABLED_FUSIONS) -> Optional[GraphSession]:
             if not (directory / name).exists():

@@ -11,8 +11,9 @@ read :data:`OPTIONS` while a command line is parsed); :func:`create` does.
 OPTIONS = frozenset()  # neither --int8 nor --fused-draft
 
 
-def create(model, tgt_dict, **options):
-    """The backend for ``model`` (``make_backend`` checked ``options``: none apply)."""
+def create(model, tgt_dict, refine_steps=None, **options):
+    """The backend for ``model`` (``make_backend`` checked ``options``: none apply;
+    ``refine_steps``: the draft head's refinement runs, None for its own)."""
     from nmt_specdec.decoding.backends.torch.adapter import TorchBackend
 
-    return TorchBackend(model)
+    return TorchBackend(model, refine_steps)

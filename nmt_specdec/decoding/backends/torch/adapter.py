@@ -55,15 +55,16 @@ class TorchVerifier(VerifierCalls):
 class DraftHeadDrafter(Drafter):
     """Greedy drafts from the model's NAR draft head (one lean pass per iteration)."""
 
-    def __init__(self, draft_head: nn.Module, pad: int, backend: Backend):
-        self.draft_head, self.pad = draft_head, pad
-        self.lean = LeanDraftHead(draft_head, pad)
+    def __init__(self, draft_head: nn.Module, pad: int, backend: Backend,
+                 refine_steps: Optional[int] = None):
+        self.draft_head, self.pad, self.refine_steps = draft_head, pad, refine_steps
+        self.lean = LeanDraftHead(draft_head, pad, refine_steps)
         self._watch = WeightsWatch(draft_head)
         self._backend = backend
 
     def start_batch(self, sample: dict, encoder_out: EncoderOut) -> None:
         if self._watch.changed():  # trained or moved since: re-read the weights
-            self.lean = LeanDraftHead(self.draft_head, self.pad)
+            self.lean = LeanDraftHead(self.draft_head, self.pad, self.refine_steps)
         self.lean.start_batch(encoder_out)
 
     def keep_rows(self, rows: Tensor) -> None:
@@ -99,13 +100,14 @@ class TorchBackend(Backend):
 
     Args:
         model: a fairseq encoder-decoder (with a ``draft_head`` for K > 0).
+        refine_steps: the draft head's refinement runs (None: the head's own setting).
     """
 
     name = "torch"
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, refine_steps: Optional[int] = None):
         super().__init__()
-        self.model = model
+        self.model, self.refine_steps = model, refine_steps
         self._verifier: Optional[TorchVerifier] = None
         self._watch = WeightsWatch(model)  # a replaced decoder is a change of the model
 
@@ -119,4 +121,4 @@ class TorchBackend(Backend):
         return self._verifier
 
     def drafter(self, pad: int) -> DraftHeadDrafter:
-        return DraftHeadDrafter(self.model.draft_head, pad, self)
+        return DraftHeadDrafter(self.model.draft_head, pad, self, self.refine_steps)

@@ -1,0 +1,40 @@
+"""nmt-specdec-evaluate's grid: ``--grid-refine-steps`` adds a row per value to
+every row that drafts, names it, and refuses a negative value in one line."""
+
+import pytest
+
+from nmt_specdec.errors import UserError
+from nmt_specdec.evaluation.cli import build_parser, config_from_args
+from nmt_specdec.evaluation.config import build_grid, validate
+
+
+def _config(tmp_path, *flags):
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"")
+    argv = ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "out"),
+            "--data", str(tmp_path), "--spm-model", str(checkpoint), "--beams", "1",
+            "--grid-k", "0", "2", "--grid-auto", "--grid-beta", "1", "--backend", "torch",
+            *flags]
+    return config_from_args(build_parser().parse_args(argv), argv)
+
+
+def test_each_refinement_count_is_a_row_of_every_drafting_configuration(tmp_path):
+    cfg = _config(tmp_path, "--grid-refine-steps", "1", "2")
+    validate(cfg)
+    names = [spec.name for spec in build_grid(cfg, default_k=4)]
+    assert names == ["stock greedy", "engine greedy",
+                     "SpecDec K=2 β=1 refine×1", "SpecDec K=2 β=1 refine×2",
+                     "SpecDec auto K≤4 β=1 refine×1", "SpecDec auto K≤4 β=1 refine×2"]
+    steps = [spec.decoding.draft_refine_steps for spec in build_grid(cfg, default_k=4)]
+    assert steps == [None, None, 1, 2, 1, 2]
+
+
+def test_without_the_flag_rows_draft_as_the_head_says(tmp_path):
+    specs = build_grid(_config(tmp_path), default_k=4)
+    assert [spec.name for spec in specs][2:] == ["SpecDec K=2 β=1", "SpecDec auto K≤4 β=1"]
+    assert {spec.decoding.draft_refine_steps for spec in specs} == {None}
+
+
+def test_a_negative_refinement_count_is_refused_in_one_line(tmp_path):
+    with pytest.raises(UserError, match="--grid-refine-steps values must be >= 0, got -1"):
+        validate(_config(tmp_path, "--grid-refine-steps", "2", "-1"))
