@@ -152,7 +152,7 @@ def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
     # that for few positions (22 in 100 calls redone at tau=2), so it takes the fp32 one.
     exact = options.exact_scores or options.beta > 1
     backend = make_backend(options.backend, model, tgt_dict, options.int8, options.fused_draft,
-                           exact, options.draft_refine_steps)
+                           exact, options.refine_steps)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
                                                  backend=backend)
 

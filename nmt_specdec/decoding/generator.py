@@ -58,7 +58,7 @@ class SpecDecGenerator(nn.Module):
                                  lengths.unk_penalty, lengths.temperature,
                                  lengths.no_repeat_ngram, lengths.match_source_len)
         self.backend = backend or make_backend("torch", model, tgt_dict,
-                                                refine_steps=options.draft_refine_steps)
+                                                refine_steps=options.refine_steps)
         if drafter is None and options.k > 0:
             if options.drafter == "verifier-int8":
                 drafter = self.backend.copy_drafter(self.pad)

@@ -82,11 +82,11 @@ class DecodingOptions:
         "", "a draft head file (nmt-specdec-add-draft-head writes OUT/head.pt) to attach to "
         "the checkpoint's verifier, the one it was trained on (another is refused): a stock "
         "transformer checkpoint then drafts with it", "draft_head")
-    draft_refine_steps: Optional[int] = _option(
+    refine_steps: Optional[int] = _option(
         None, "times the draft head's refinement layers run per draft at decoding time "
-        "(default: the head's own setting; 0 switches refinement off): more runs draft "
-        "better and cost more. Heads without refinement layers ignore it. Output unchanged "
-        "at beta=1", "draft_refine_steps")
+        "(default: the head's own, as trained with --draft-refine-steps; 0 switches it off): "
+        "more runs draft better and cost more. Heads without refinement layers ignore it. "
+        "Output unchanged at beta=1", "spec_refine_steps")
     backend: str = _option(
         DEFAULT_BACKEND, f"who runs the model calls of --spec-decoding: {', '.join(BACKENDS)} "
         "(torch: eager, any device; onnxruntime: CPU graphs exported once per checkpoint, "
@@ -122,8 +122,8 @@ class DecodingOptions:
             raise UserError(f"--spec-tau must be >= 0, got {self.tau}")
         if self.candidates < 1:
             raise UserError(f"--spec-candidates must be >= 1, got {self.candidates}")
-        if self.draft_refine_steps is not None and self.draft_refine_steps < 0:
-            raise UserError(f"--draft-refine-steps must be >= 0, got {self.draft_refine_steps}")
+        if self.refine_steps is not None and self.refine_steps < 0:
+            raise UserError(f"--spec-refine-steps must be >= 0, got {self.refine_steps}")
         if self.drafter not in DRAFTERS:
             raise UserError(f"--spec-drafter must be one of {', '.join(DRAFTERS)}, "
                             f"got {self.drafter!r}")

@@ -173,7 +173,7 @@ def _add_grid_args(group) -> None:
         "drafts verified per slot for K > 0", "candidates"))
     add("--grid-refine-steps", type=int, nargs="+", default=[], help=_grid_help(
         "times the draft head's refinement runs, for K > 0 (default: the head's own "
-        "setting); several compare them in one run", "draft_refine_steps"))
+        "setting); several compare them in one run", "refine_steps"))
     add("--drafters", nargs="+", choices=DRAFTERS, default=["head"], help=_grid_help(
         "who drafts the rows with K > 0: the head's rows always run, and verifier-int8 adds "
         "each onnxruntime fp32 chain row drafted by the verifier's 8-bit copy", "drafter"))

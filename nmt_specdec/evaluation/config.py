@@ -43,7 +43,7 @@ class EvalConfig:
         grid_beta: SpecDec top-beta widths.
         grid_tau: SpecDec log-probability margins (beta=1 rows need none).
         grid_candidates: drafts verified per slot (``--spec-candidates``) for K > 0.
-        grid_refine_steps: the draft head's refinement runs (``--draft-refine-steps``)
+        grid_refine_steps: the draft head's refinement runs (``--spec-refine-steps``)
             for K > 0 (empty: the head's own setting alone).
         stock_only: time only the stock generator (any fairseq checkpoint).
         backends: SpecDec backends; every SpecDec row runs on each.
@@ -194,7 +194,7 @@ class DecoderSpec:
         k = f"auto K≤{self.k}" if self.auto else f"K={self.k}"
         tree = f" C={self.candidates}" if self.candidates > 1 else ""
         drafter = "" if self.drafter == "head" else f" drafter={self.drafter}"
-        steps = self.decoding.draft_refine_steps
+        steps = self.decoding.refine_steps
         refine = "" if steps is None else f" refine×{steps}"
         return f"SpecDec {k}{tree} β={self.beta}{tau}{refine}{drafter}{half}{runtime}"
 
@@ -300,7 +300,7 @@ def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec
                                      backend="torch"))
     if not cfg.grid_refine_steps:
         return specs
-    return [_with(spec, draft_refine_steps=steps) if spec.k else spec
+    return [_with(spec, refine_steps=steps) if spec.k else spec
             for spec in specs for steps in (cfg.grid_refine_steps if spec.k else (None,))]
 
 

@@ -137,7 +137,7 @@ def _config_fields(run: Run, stats: Optional[SpecDecStats]) -> dict:
         "beta": spec.beta,
         "tau": spec.tau,
         "candidates": spec.candidates,
-        "draft_refine_steps": spec.decoding.draft_refine_steps if specdec else None,
+        "refine_steps": spec.decoding.refine_steps if specdec else None,
         "cuda_graphs": spec.decoding.cuda_graphs if specdec else None,
         # CUDA graph capture, over the whole run (warm-up included), not in wall_s.
         "capture_s": getattr(run.generator, "capture_seconds", None),

@@ -10,7 +10,7 @@ fresh when the shipped head has none), 40 hand-written sentences:
 - beta=1 output equals greedy with a refined head, on torch and on
   onnxruntime, and the onnxruntime draft graph (refinement unrolled) drafts
   as the torch pass does: same iterations, sentence by sentence;
-- ``--draft-refine-steps`` changes one decoder's refinement runs, not the head's;
+- ``--spec-refine-steps`` changes one decoder's refinement runs, not the head's;
 - ``--init-draft-head-from`` copies a trained head and refuses one that does
   not fit, in one line.
 """
@@ -146,8 +146,8 @@ def _decoded(generator, model, task, sources) -> list:
     return [(hyp["tokens"].tolist(), hyp["iterations"]) for hyp in hyps]
 
 
-def test_draft_refine_steps_drafts_as_a_head_set_to_run_that_often(shipped, onnx_cache):
-    """--draft-refine-steps N on one decoder: its drafts are those of the head set
+def test_spec_refine_steps_drafts_as_a_head_set_to_run_that_often(shipped, onnx_cache):
+    """--spec-refine-steps N on one decoder: its drafts are those of the head set
     to N runs, on torch and in onnxruntime's draft graph; the head's own setting
     and the other decoders on the same model stay as they were."""
     from nmt_specdec.decoding.backends.onnxruntime.session import OrtBackend
@@ -157,7 +157,7 @@ def test_draft_refine_steps_drafts_as_a_head_set_to_run_that_often(shipped, onnx
     with_refinement(model, 2)
     twice = _decoded(_generator(model, task, K), model, task, sources)
     with_refinement(model, 1)
-    asked = DecodingOptions(k=K, draft_refine_steps=2)
+    asked = DecodingOptions(k=K, refine_steps=2)
     dictionary = task.target_dictionary
     ort = OrtBackend(model, dictionary.pad(), dictionary.eos(), int8_draft=False,
                      refine_steps=2)
@@ -198,3 +198,20 @@ def test_bad_refinement_options_are_one_line_errors(shipped):
         with pytest.raises(UserError, match="--draft-refine-steps >= 1") as err:
             DraftHead(model.decoder, 1, refine_layers=layers, refine_steps=steps)
         assert "\n" not in str(err.value)
+
+
+def test_fairseq_takes_the_decoding_and_the_training_flag_side_by_side():
+    """fairseq-train's parser holds the task's decoding flags and the model's:
+    --spec-refine-steps (decoding) beside --draft-refine-steps (the head's own)."""
+    from fairseq import options
+
+    from nmt_specdec.decoding.options import DecodingOptions
+    from tests.helpers.shipped_model import REPO_ROOT
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        str(MODEL_DIR), "--user-dir", str(REPO_ROOT / "fairseq_plugins"), "--task", "translation_specdec",
+        "--arch", "specdec_transformer", "--draft-refine-layers", "1",
+        "--draft-refine-steps", "1", "--spec-refine-steps", "3"])
+    assert (args.draft_refine_steps, args.spec_refine_steps) == (1, 3)
+    assert DecodingOptions.from_flags(args).refine_steps == 3

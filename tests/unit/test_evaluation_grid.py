@@ -25,14 +25,14 @@ def test_each_refinement_count_is_a_row_of_every_drafting_configuration(tmp_path
     assert names == ["stock greedy", "engine greedy",
                      "SpecDec K=2 β=1 refine×1", "SpecDec K=2 β=1 refine×2",
                      "SpecDec auto K≤4 β=1 refine×1", "SpecDec auto K≤4 β=1 refine×2"]
-    steps = [spec.decoding.draft_refine_steps for spec in build_grid(cfg, default_k=4)]
+    steps = [spec.decoding.refine_steps for spec in build_grid(cfg, default_k=4)]
     assert steps == [None, None, 1, 2, 1, 2]
 
 
 def test_without_the_flag_rows_draft_as_the_head_says(tmp_path):
     specs = build_grid(_config(tmp_path), default_k=4)
     assert [spec.name for spec in specs][2:] == ["SpecDec K=2 β=1", "SpecDec auto K≤4 β=1"]
-    assert {spec.decoding.draft_refine_steps for spec in specs} == {None}
+    assert {spec.decoding.refine_steps for spec in specs} == {None}
 
 
 def test_a_negative_refinement_count_is_refused_in_one_line(tmp_path):
