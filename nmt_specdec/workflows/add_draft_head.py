@@ -67,7 +67,8 @@ class AddHeadConfig:
         layers: draft-head layers.
         vocab_size: draft vocabulary (most frequent ids; 0 = full).
         refine_layers: layers of the causal refinement pass (0 = none).
-        refine_steps: times decoding runs it.
+        refine_steps: times decoding runs it by default (not a training setting:
+            rerun with another value, a run keeps its checkpoints).
         init_head: start the head from this trained head (same verifier);
             parts it lacks (e.g. refinement layers) start fresh.
         cuts: training blocks per sentence.

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from nmt_specdec import logs
 from nmt_specdec.data.steps import LOG, RecipeError, atomic_text
@@ -153,14 +153,12 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
         The run's TrainInfo (also written to ``save_dir/train_info.json``).
     """
     settings = save_dir / SETTINGS_FILE
-    # A larger time budget continues the same run (fairseq counts cumulative
-    # training time), so the budget is not part of the settings.
-    wanted = json.dumps(_without_budget(flags), indent=1)
-    if save_dir.exists() and (not settings.is_file() or settings.read_text() != wanted):
+    wanted = _training_settings(flags)
+    if save_dir.exists() and _stored_settings(settings) != wanted:
         LOG.info("settings changed: starting training afresh in %s", save_dir)
         shutil.rmtree(save_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
-    settings.write_text(wanted)
+    settings.write_text(json.dumps(wanted, indent=1))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "fairseq_cli.train", *flags]
@@ -178,12 +176,28 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
     return info
 
 
-def _without_budget(flags: Sequence[str]) -> list[str]:
+# Flags (each with one value) that do not change what training computes, so a
+# run rerun with another value continues: a larger time budget (fairseq counts
+# cumulative training time), and how often decoding runs the draft head's
+# refinement (training runs it once, teacher-forced).
+_NOT_TRAINING = ("--stop-time-hours", "--draft-refine-steps")
+
+
+def _training_settings(flags: Sequence[str]) -> list[str]:
     out = list(flags)
-    if "--stop-time-hours" in out:
-        at = out.index("--stop-time-hours")
-        del out[at: at + 2]
+    for flag in _NOT_TRAINING:
+        if flag in out:
+            at = out.index(flag)
+            del out[at: at + 2]
     return out
+
+
+def _stored_settings(path: Path) -> Optional[list[str]]:
+    """The training settings a run in progress was started with (None: none)."""
+    try:
+        return _training_settings(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def read_train_info(save_dir: Path) -> TrainInfo:

@@ -11,6 +11,7 @@ autocast, nearly equals it).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +237,17 @@ def test_a_rerun_keeps_finished_shards_and_rebuilds_a_damaged_one(
     for index in indices:
         for new, old in zip(again[index], before[index]):
             np.testing.assert_array_equal(new, old)
+
+
+def test_a_rerun_with_other_refinement_runs_keeps_the_training(added) -> None:
+    """--refine-steps is how often decoding runs the refinement, not a training
+    setting: rerun with another value, the run keeps its checkpoints and writes
+    its head and its report for the new count."""
+    cfg, _ = added
+    kept = cfg.out / "checkpoints" / "kept"
+    kept.write_text("")
+    report = add_draft_head.run(dataclasses.replace(cfg, refine_steps=2))
+    assert kept.is_file()
+    assert report["refine_steps"] == 2
+    head = torch.load(cfg.out / "head.pt", map_location="cpu", weights_only=True)
+    assert head["shape"]["refine_steps"] == 2
