@@ -330,7 +330,7 @@ def run(cfg: AddHeadConfig) -> Dict:
                                cfg.valid_sentences, cfg.threads)
     report.update(train=asdict(info), command=" ".join(sys.argv), head_file=str(head_path),
                   state_cache_bytes=cache_bytes, precision=training_precision(cfg.precision),
-                  updates_per_second=info.updates / max(info.train_seconds, 1e-9),
+                  updates_per_second=info.updates_per_second,
                   wall_minutes=(time.monotonic() - started) / 60, config=_jsonable(cfg))
     with atomic_text(cfg.out / REPORT) as handle:
         json.dump(report, handle, indent=1)

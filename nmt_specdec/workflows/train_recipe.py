@@ -33,6 +33,7 @@ INFO_FILE = "train_info.json"
 _UPDATES = re.compile(r"\bnum_updates[ =](\d+)")
 _VALID_LOSS = re.compile(r"valid on 'valid' subset.*?\| loss ([0-9.]+)")
 _DONE = re.compile(r"done training in ([0-9.]+) seconds")
+_RESUMED = re.compile(r"Loaded checkpoint .*\(epoch \d+ @ (\d+) updates\)")
 
 
 def load_recipe(path: Path) -> dict:
@@ -111,10 +112,12 @@ class TrainInfo:
 
     Attributes:
         checkpoint: The last checkpoint (saved when the time budget ran out).
-        train_seconds: fairseq's cumulative training time.
-        updates: Optimizer updates done.
+        train_seconds: Training time of this ``fairseq-train`` process (a resumed
+            run's earlier processes not included).
+        updates: Optimizer updates of the last checkpoint, from the start.
         valid_loss: Last validation loss (base 2), None if never validated.
-        wall_seconds: Wall time of the ``fairseq-train`` process(es).
+        wall_seconds: Wall time of the ``fairseq-train`` process.
+        resumed_at: Updates of the checkpoint this process resumed from (0: none).
     """
 
     checkpoint: str
@@ -122,15 +125,23 @@ class TrainInfo:
     updates: int
     valid_loss: float | None
     wall_seconds: float
+    resumed_at: int = 0
+
+    @property
+    def updates_per_second(self) -> float:
+        """This process's updates over its training time."""
+        return (self.updates - self.resumed_at) / max(self.train_seconds, 1e-9)
 
 
-def parse_train_log(text: str) -> tuple[int, float | None, float | None]:
-    """Updates, last valid loss and training seconds from fairseq's log."""
+def parse_train_log(text: str) -> tuple[int, float | None, float | None, int]:
+    """Updates, last valid loss, training seconds and the updates of the
+    checkpoint it resumed from (0: none), from one fairseq-train process's log."""
     updates = [int(m) for m in _UPDATES.findall(text)]
     losses = [float(m) for m in _VALID_LOSS.findall(text)]
     done = _DONE.findall(text)
-    return (max(updates) if updates else 0, losses[-1] if losses else None,
-            float(done[-1]) if done else None)
+    resumed = [int(m) for m in _RESUMED.findall(text)]
+    return (max(updates + resumed, default=0), losses[-1] if losses else None,
+            float(done[-1]) if done else None, resumed[0] if resumed else 0)
 
 
 def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
@@ -165,12 +176,12 @@ def train(flags: Sequence[str], save_dir: Path, log_path: Path, threads: int,
     LOG.info("running fairseq-train %s (its log: %s)", " ".join(flags), log_path)
     start = time.monotonic()
     text = _run_teed(cmd, env, cwd, log_path)
-    updates, valid_loss, seconds = parse_train_log(text)
+    updates, valid_loss, seconds, resumed_at = parse_train_log(text)
     checkpoint = save_dir / "checkpoint_last.pt"
     if not checkpoint.is_file():
         raise RecipeError(f"fairseq-train wrote no {checkpoint}; see {log_path}")
     info = TrainInfo(str(checkpoint), seconds or 0.0, updates, valid_loss,
-                     time.monotonic() - start)
+                     time.monotonic() - start, resumed_at)
     with atomic_text(save_dir / INFO_FILE) as handle:
         json.dump(asdict(info), handle, indent=1)
     return info
