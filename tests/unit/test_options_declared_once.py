@@ -32,6 +32,9 @@ NOT_DECODING_OPTIONS = {
     ("EvalConfig", "draft_head"),
     # The draft block size a new head is trained for, not a decoding option.
     ("AddHeadConfig", "k"),
+    # The refinement count a new head records as its default (a decoder overrides it
+    # with DecodingOptions.refine_steps).
+    ("AddHeadConfig", "refine_steps"),
 }
 
 
