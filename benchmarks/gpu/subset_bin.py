@@ -7,7 +7,9 @@ replacement with a fixed seed and kept in their original order; both sides of
 a pair stay together. The dictionaries are copied.
 
 Usage: ``python3 benchmarks/gpu/subset_bin.py SRC_DIR OUT_DIR --split train=60000
-[--split valid=200] [--link valid]`` (``--link`` symlinks a split unchanged).
+[--split valid=200] [--link valid] [--after 40000]`` (``--link`` symlinks a split unchanged;
+``--after N`` draws the train pairs from those that a draw of N with the same seed left out,
+so a second subset adds sentences the first one does not hold).
 """
 
 from __future__ import annotations
@@ -21,7 +23,19 @@ from pathlib import Path
 import numpy as np
 
 
-def subset(src: Path, out: Path, split: str, count: int, langs: tuple[str, str], seed: int) -> int:
+def chosen(total: int, count: int, seed: int, after: int = 0) -> np.ndarray:
+    """Sorted indices of ``count`` random pairs out of ``total``; with ``after``,
+    drawn from those that a draw of ``after`` with the same seed did not pick."""
+    if after <= 0:
+        return np.arange(total) if count >= total else np.sort(
+            np.random.default_rng(seed).choice(total, size=count, replace=False))
+    rest = np.setdiff1d(np.arange(total), chosen(total, after, seed))
+    return rest if count >= len(rest) else np.sort(
+        np.random.default_rng(seed + 1).choice(rest, size=count, replace=False))
+
+
+def subset(src: Path, out: Path, split: str, count: int, langs: tuple[str, str], seed: int,
+           after: int = 0) -> int:
     """Writes ``count`` random pairs of ``split``; returns how many were written."""
     from fairseq.data import indexed_dataset
 
@@ -31,8 +45,7 @@ def subset(src: Path, out: Path, split: str, count: int, langs: tuple[str, str],
     total = len(datasets[langs[0]])
     if total != len(datasets[langs[1]]):
         raise SystemExit(f"{split}: {langs[0]} and {langs[1]} differ in length")
-    keep = np.arange(total) if count >= total else np.sort(
-        np.random.default_rng(seed).choice(total, size=count, replace=False))
+    keep = chosen(total, count, seed, after)
     for lang, dataset in datasets.items():
         prefix = str(out / f"{split}.{pair}.{lang}")
         builder = indexed_dataset.MMapIndexedDatasetBuilder(
@@ -51,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--link", action="append", default=[], metavar="NAME")
     p.add_argument("--langs", default="de-en")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--after", type=int, default=0, metavar="N",
+                   help="train: skip the pairs a draw of N with this seed picks")
     args = p.parse_args(argv)
     langs = tuple(args.langs.split("-"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -58,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(args.src / f"dict.{lang}.txt", args.out / f"dict.{lang}.txt")
     for spec in args.split:
         name, _, count = spec.partition("=")
-        written = subset(args.src, args.out, name, int(count), langs, args.seed)
+        after = args.after if name == "train" else 0
+        written = subset(args.src, args.out, name, int(count), langs, args.seed, after)
         print(f"{args.out}: {name} {written} pairs")
     for name in args.link:
         for lang in langs:

@@ -91,8 +91,8 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     model, task = checkpoints.load(str(checkpoint), {"data": str(data)})
     model = model.eval()
     head = model.draft_head
-    if refine_steps is not None and len(head.refine_layers):
-        head.refine_steps = refine_steps
+    if not len(head.refine_layers):
+        refine_steps = None
     task.load_dataset(split)
     dataset = task.dataset(split)
     count = min(sentences, len(dataset))
@@ -102,7 +102,8 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     greedy = _decode_all(stock, model, dataset, count, batch_size)
     rows = []
     for k in [0] + [k for k in ks if k > 0]:
-        generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules)
+        options = DecodingOptions(k=k, refine_steps=refine_steps)
+        generator = SpecDecGenerator(model, task.target_dictionary, options, rules)
         tokens = _decode_all(generator, model, dataset, count, batch_size)
         stats = generator.stats
         lengths = [len(t) for t in greedy]  # fairseq's tokens end with EOS
@@ -111,7 +112,8 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
                          round(oracle_tokens_per_iteration(lengths, k), 3),
                      "slot_acceptance": [round(a, 3) for a in stats.slot_acceptance()],
                      "same_as_greedy": sum(a == b for a, b in zip(tokens, greedy))})
-    return {"split": split, "sentences": count, "refine_steps": head.refine_steps,
+    return {"split": split, "sentences": count,
+            "refine_steps": head.refine_steps if refine_steps is None else refine_steps,
             "refine_layers": len(head.refine_layers),
             "reference": "fairseq SequenceGenerator, beam 1", "rows": rows}
 

@@ -251,3 +251,17 @@ def test_a_rerun_with_other_refinement_runs_keeps_the_training(added) -> None:
     assert report["refine_steps"] == 2
     head = torch.load(cfg.out / "head.pt", map_location="cpu", weights_only=True)
     assert head["shape"]["refine_steps"] == 2
+
+
+def test_the_acceptance_report_runs_the_refinement_as_often_as_asked(added) -> None:
+    """``acceptance_report(..., refine_steps=R)`` decodes with ``--spec-refine-steps R``
+    (the checkpoint's head untouched): every count reports itself and keeps beta=1
+    equal to fairseq's greedy on every sentence."""
+    from nmt_specdec.workflows.head_report import acceptance_report
+
+    cfg, _ = added
+    for steps in (1, 3):
+        report = acceptance_report(cfg.out / "model.pt", cfg.out / "data", "valid", [3], 8,
+                                   threads=1, refine_steps=steps)
+        assert report["refine_steps"] == steps
+        assert [row["same_as_greedy"] for row in report["rows"]] == [8, 8]
