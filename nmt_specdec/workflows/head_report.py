@@ -85,14 +85,13 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     from nmt_specdec import checkpoints
     from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
+    from nmt_specdec.decoding.passes.draft_pass import refine_steps_of
 
     torch.set_num_threads(threads)
     checkpoints.register_plugin()
     model, task = checkpoints.load(str(checkpoint), {"data": str(data)})
     model = model.eval()
     head = model.draft_head
-    if not len(head.refine_layers):
-        refine_steps = None
     task.load_dataset(split)
     dataset = task.dataset(split)
     count = min(sentences, len(dataset))
@@ -113,7 +112,7 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
                      "slot_acceptance": [round(a, 3) for a in stats.slot_acceptance()],
                      "same_as_greedy": sum(a == b for a, b in zip(tokens, greedy))})
     return {"split": split, "sentences": count,
-            "refine_steps": head.refine_steps if refine_steps is None else refine_steps,
+            "refine_steps": refine_steps_of(head, refine_steps),
             "refine_layers": len(head.refine_layers),
             "reference": "fairseq SequenceGenerator, beam 1", "rows": rows}
 
