@@ -137,7 +137,7 @@ def greedy_token_ranks(model, sample: dict, outputs: List[Tensor], depth: int) -
 
     decoder, head = model.decoder, model.draft_head
     verifier = LeanVerifier(decoder)
-    lean_head = LeanDraftHead(head, decoder.dictionary.pad(), block_size=model.draft_block_size)
+    lean_head = LeanDraftHead(head, decoder.dictionary.pad())
     encoder_out = model.encoder.forward_torchscript(sample["net_input"])
     cross = verifier.cross_states(encoder_out)
     lean_head.start_batch(encoder_out)

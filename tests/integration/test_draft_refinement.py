@@ -112,33 +112,6 @@ def test_lean_pass_runs_the_refinement_as_the_module_does(shipped):
     assert torch.equal(drafts, fixed)
 
 
-def test_the_first_pass_drafts_the_whole_trained_block(shipped):
-    """At K below the head's block the first pass still fills the whole block
-    (the shape it was trained on) and the slots keep the block's first K; both
-    backends' drafters are built with the model's block."""
-    from nmt_specdec.decoding.backends.torch.adapter import TorchBackend
-    from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
-
-    model, task, sources = shipped
-    states, last, positions, encoder_out = _block(model, task, sources)
-    head, pad, block = model.draft_head, task.target_dictionary.pad(), K + 2
-    with torch.no_grad():
-        for steps in (0, 2):
-            lean = {size: LeanDraftHead(head, pad, steps, size) for size in (None, block)}
-            for one in lean.values():
-                one.start_batch(encoder_out)
-            whole = lean[None].slot_logits(states, last, positions, block)
-            got = lean[block].slot_logits(states, last, positions, K)
-            torch.testing.assert_close(got, whole[:, :K], atol=1e-5, rtol=1e-5)
-            narrow = lean[None].slot_logits(states, last, positions, K)
-            assert not torch.allclose(got, narrow, atol=1e-3), steps
-            # K at or above the block: the block is K's own.
-            wide = lean[block].slot_logits(states, last, positions, block + 1)
-            assert wide.shape[1] == block + 1
-    drafter = TorchBackend(model).drafter(pad)
-    assert drafter.lean.block_size == model.draft_block_size
-
-
 @pytest.mark.parametrize("steps", [1, K - 1])
 def test_beta1_with_a_refined_head_is_greedy(shipped, steps):
     model, task, sources = shipped

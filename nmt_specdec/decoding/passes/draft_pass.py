@@ -1,12 +1,6 @@
 """The draft head as a lean pass: K+1 positions, bidirectional, no cache (then,
 for a head with refinement layers, ``refine_steps`` causal refinement passes).
 
-The first pass drafts the whole block the head was trained on (its
-``draft_block_size``) even when K is smaller: its slots attend to each other, and
-a block of masks shorter than any it saw in training drafts worse (the trained
-block's first slots are the better drafts). Only the first K+1 rows go on to
-the projection and the refinement, which is causal and so never reads a later row.
-
 Same weights and arithmetic as :meth:`nmt_specdec.model.draft_head.DraftHead.forward`
 (tested equal), with the encoder keys/values of its layers computed once per
 batch and only an argmax over the draft vocabulary at the K slots.
@@ -62,15 +56,11 @@ class LeanDraftHead:
         pad: padding id, never proposed.
         refine_steps: times the refinement layers run (None: the head's own setting;
             0 for a head without them, whatever is asked).
-        block_size: the slots the head was trained to fill (the model's
-            ``draft_block_size``), drafted whole by the first pass; None: K.
     """
 
-    def __init__(self, head: DraftHead, pad: int, refine_steps: Optional[int] = None,
-                 block_size: Optional[int] = None):
+    def __init__(self, head: DraftHead, pad: int, refine_steps: Optional[int] = None):
         self.head = head
         self.refine_steps = refine_steps_of(head, refine_steps)
-        self.block_size = block_size
         verifier = head.verifier
         self.positions = (None if verifier.embed_positions is None else
                           PositionTable(verifier.embed_positions, 2 * verifier.max_positions()))
@@ -111,10 +101,9 @@ class LeanDraftHead:
     def slot_logits(self, states: Tensor, last_tokens: Tensor, positions: Tensor,
                     num_slots: int) -> Tensor:
         """(B, K, V) the head's logits at the K slots, pad excluded (``-inf``)."""
-        drafted = max(num_slots, self.block_size or 0)
-        x = self.head.block_inputs(states, last_tokens, positions, drafted, self.positions)
+        x = self.head.block_inputs(states, last_tokens, positions, num_slots, self.positions)
         x = self._layers(x, range(self.first_layers), SelfAttention(_no_cache, None),
-                         self.final_norm)[:, :num_slots + 1]
+                         self.final_norm)
         first = logits = self._project(x)
         head = self.head
         if self.refine_steps:

@@ -81,8 +81,8 @@ def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
 def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified: bool,
                    same_bits: bool, refine_steps: Optional[int]) -> list:
     verifier = LeanVerifier(model.decoder)
-    head = (LeanDraftHead(model.draft_head, pad, refine_steps, model.draft_block_size)
-            if hasattr(model, "draft_head") else None)
+    head = (LeanDraftHead(model.draft_head, pad, refine_steps) if hasattr(model, "draft_head")
+            else None)
     memory = _export_encoder(model, verifier, head, pad, out)
     heads, head_dim = verifier.heads, verifier.dim // verifier.heads
     # Room for every example pass's inputs at their slots (start + N <= T).

@@ -322,12 +322,8 @@ class DraftGraph(nn.Module):
                     memory_mask: Tensor, cross) -> Tensor:
         """(B, K, V) the head's logits at the K slots, pad excluded."""
         lean = self.lean
-        # The trained block whole (a constant of the graph; K never exceeds it),
-        # then its first K+1 rows (see draft_pass).
-        drafted = lean.block_size or num_slots
-        x = self.head.block_inputs(states, last_tokens, positions, drafted, lean.positions)
+        x = self.head.block_inputs(states, last_tokens, positions, num_slots, lean.positions)
         x = self._layers(x, range(lean.first_layers), None, lean.final_norm, memory_mask, cross)
-        x = x[:, :num_slots + 1]
         first = logits = torch.matmul(x[:, 1:], lean.output_t) + self.pad_bias  # (B, K, V)
         head = self.head
         if lean.refine_steps:

@@ -56,20 +56,16 @@ class DraftHeadDrafter(Drafter):
     """Greedy drafts from the model's NAR draft head (one lean pass per iteration)."""
 
     def __init__(self, draft_head: nn.Module, pad: int, backend: Backend,
-                 refine_steps: Optional[int] = None, block_size: Optional[int] = None):
+                 refine_steps: Optional[int] = None):
         self.draft_head, self.pad, self.refine_steps = draft_head, pad, refine_steps
-        self.block_size = block_size
-        self.lean = self._lean()
+        self.lean = LeanDraftHead(draft_head, pad, refine_steps)
         self._watch = WeightsWatch(draft_head)
         self._backend = backend
 
     def start_batch(self, sample: dict, encoder_out: EncoderOut) -> None:
         if self._watch.changed():  # trained or moved since: re-read the weights
-            self.lean = self._lean()
+            self.lean = LeanDraftHead(self.draft_head, self.pad, self.refine_steps)
         self.lean.start_batch(encoder_out)
-
-    def _lean(self) -> LeanDraftHead:
-        return LeanDraftHead(self.draft_head, self.pad, self.refine_steps, self.block_size)
 
     def keep_rows(self, rows: Tensor) -> None:
         self.lean.keep_rows(rows)
@@ -125,5 +121,4 @@ class TorchBackend(Backend):
         return self._verifier
 
     def drafter(self, pad: int) -> DraftHeadDrafter:
-        return DraftHeadDrafter(self.model.draft_head, pad, self, self.refine_steps,
-                                self.model.draft_block_size)
+        return DraftHeadDrafter(self.model.draft_head, pad, self, self.refine_steps)
