@@ -85,19 +85,31 @@ class SentenceArms:
     64, ... greedy sentences apart: 4 in 500 sentences, 8 in 5000, each costing
     a sentence at a losing K.
 
+    A sentence ``longer`` times longer (source tokens) than any the verdict was
+    reached or confirmed on is re-checked at once: what drafting buys grows with
+    the sentence, and fairseq feeds sentences shortest first, so a verdict
+    reached on the first few would otherwise stand, at ever longer waits, over
+    sentences it says nothing about. In a shuffled stream this adds a re-check
+    only each time the longest sentence so far grows ``longer`` times.
+
     Args:
         first_wait: greedy sentences before the first re-check.
+        longer: source length ratio that triggers a re-check.
     """
 
-    def __init__(self, first_wait: int = 16):
-        self.first_wait = first_wait
+    def __init__(self, first_wait: int = 16, longer: float = 1.5):
+        self.first_wait, self.longer = first_wait, longer
         self.sentences = 0
         self.wait = first_wait
         self.due: Optional[int] = None  # sentence of the next re-check; None: drafting
+        self.length = 0  # source length of this sentence
+        self.judged = 0  # the longest source the standing verdict was reached on
 
-    def drafts(self) -> bool:
-        """Whether the next sentence may draft."""
-        return self.due is None or self.sentences >= self.due
+    def drafts(self, length: int = 0) -> bool:
+        """Whether the next sentence, of ``length`` source tokens, may draft."""
+        self.length = length
+        return (self.due is None or self.sentences >= self.due
+                or length >= self.longer * max(self.judged, 1))
 
     @property
     def rechecking(self) -> bool:
@@ -108,10 +120,12 @@ class SentenceArms:
         """A sentence ended; ``greedy_wins``: the verdict of a drafting sentence's
         estimates (None: some K not measured yet, or a greedy sentence)."""
         self.sentences += 1
+        if drafted:
+            self.judged = max(self.judged, self.length)
         if not drafted or greedy_wins is None:
             return
         if not greedy_wins:
-            self.due, self.wait = None, self.first_wait
+            self.due, self.wait, self.judged = None, self.first_wait, 0
             return
         if self.due is not None:  # a re-check that confirmed greedy
             self.wait *= 2

@@ -116,7 +116,8 @@ class SpecDecGenerator(nn.Module):
         # --spec-k auto compares batches that draft with batches that do not: the
         # drafter's per-batch state is part of what drafting costs.
         started = time.perf_counter()
-        self.k_policy.start_batch(max_len.numel())
+        # The padded width is the longest source: a host int, no device read.
+        self.k_policy.start_batch(max_len.numel(), net_input["src_tokens"].size(1))
         k_max = self.options.k if self.k_policy.may_draft else 0
         verifier = self.lean_verifier()
         bos = self.eos if bos_token is None else bos_token

@@ -33,6 +33,11 @@ or large batches on a compute-bound CPU.
   and K=0 is the best, sentences decode as greedy batches, with rarer and rarer
   re-checks, since a sentence that may draft costs more than its iterations
   (the draft head's encoder keys/values, a cache wider by K slots, the choice).
+  A verdict may stand on a few iterations of the first, shortest sentences
+  (fairseq sorts them by length): a sentence 1.5 times longer than those
+  re-checks at once (:class:`SentenceArms`), and a re-check drafts the largest
+  K, since one at the K those estimates favour would never draft, so never
+  re-measure, the later slots they wrote off.
 - A greedy sentence or batch costs the policy one record per iteration
   (``choose`` returns 0, no counts are read back: ``wants_counts``): it times
   its iterations as K=0's, so that K=0's estimate stays as current as the
@@ -68,8 +73,8 @@ class KPolicy:
     def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
         """An iteration that drafted ``k`` took ``seconds``; ``num_accepted`` per row."""
 
-    def start_batch(self, rows: int) -> None:
-        """A batch of ``rows`` sentences starts."""
+    def start_batch(self, rows: int, source_length: int = 0) -> None:
+        """A batch of ``rows`` sentences starts, the longest ``source_length`` tokens."""
 
     def end_batch(self, tokens: int, seconds: float) -> None:
         """The batch committed ``tokens`` output tokens in ``seconds`` of decoding."""
@@ -199,10 +204,10 @@ class AutoK(KPolicy):
         self.last_run: Dict[Tuple[int, int], int] = {}  # (K, bucket) -> turn it last ran
         self.retries: Dict[int, Tuple[int, int, int]] = {}  # bucket -> (best K, wait, next)
 
-    def start_batch(self, rows: int) -> None:
+    def start_batch(self, rows: int, source_length: int = 0) -> None:
         self.batch_bucket = CostTable.bucket(rows)
         if rows == 1:
-            self.may_draft = self.sentences.drafts()
+            self.may_draft = self.sentences.drafts(source_length)
             self.recheck = self.may_draft and self.sentences.rechecking
         else:
             self.may_draft, self.recheck = self.arms.drafts(self.batch_bucket), False
@@ -230,8 +235,8 @@ class AutoK(KPolicy):
         costs = self._considered(self._costs(limit, bucket, batch), bucket)
         if None in costs:
             k = costs.index(None)  # measured seconds beat a guess: run it (again)
-        elif self.recheck:  # what drafting buys now, at the K that would draft
-            k = self._best(costs, min(1, limit))
+        elif self.recheck:  # every slot drafted: each one's acceptance measured anew
+            k = limit
         else:
             k = self._best(costs, 0)
             if limit > 0 and self._retry_now(bucket, k, turn):

@@ -47,7 +47,8 @@ def test_greedy_sentences_take_the_greedy_path(toy, loop):
     observe = auto.k_policy.observe
     auto.k_policy.observe = lambda counts, k, s: observed.append(counts) or observe(counts, k, s)
     for sentence in range(8):
-        sample = source_batch(dictionary, [4 + sentence % 5], seed=sentence)
+        # Lengths within 1.5x of the first: no re-check for a longer sentence.
+        sample = source_batch(dictionary, [6 + sentence % 3], seed=sentence)
         drafter_calls.clear(), observed.clear()
         ours = auto.generate([model], sample)[0][0]["tokens"].tolist()
         assert ours == greedy.generate([model], sample)[0][0]["tokens"].tolist()
@@ -58,3 +59,8 @@ def test_greedy_sentences_take_the_greedy_path(toy, loop):
         else:  # the measuring sentence drafts (K=0 chosen, but it may draft)
             assert drafter_calls and auto_caches[-1].max_slots > greedy_caches[-1].max_slots
     assert auto.stats.k_chosen.keys() == {0}
+    # A source 1.5x longer than the verdict's sentences is re-checked: it drafts.
+    longer = source_batch(dictionary, [14], seed=9)
+    assert auto.generate([model], longer)[0][0]["tokens"].tolist() == (
+        greedy.generate([model], longer)[0][0]["tokens"].tolist())
+    assert auto.k_policy.may_draft and drafter_calls

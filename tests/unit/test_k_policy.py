@@ -263,8 +263,9 @@ def test_one_row_settles_greedy_and_rechecks_ever_more_rarely():
     assert drafting == [0, 17, 50, 115, 244, 501, 1014, 2039, 4088]
     assert len(drafting[1:]) <= 12
     assert all(not any(chosen) for drafts, chosen in log if not drafts)  # greedy is K=0
-    # A re-check drafts all the way (K=1 is the drafting K that would pay best).
-    assert all(chosen == [1] * 10 for _, chosen in (log[i] for i in drafting[1:]))
+    # A re-check drafts all the way, every slot (so that each one's acceptance is
+    # measured anew), though K=1 is the drafting K that would pay best.
+    assert all(chosen == [4] * 10 for _, chosen in (log[i] for i in drafting[1:]))
 
 
 def test_one_row_settles_greedy_from_measured_costs():
@@ -296,6 +297,24 @@ def test_one_row_goes_back_to_drafting_when_a_recheck_finds_it_pays():
     then = run_sentences(policy, lambda k: 1.0 + 0.2 * k, lambda k: k, 100)
     assert [drafts for drafts, _ in then[:15]] == [False] * 15
     assert all(drafts for drafts, _ in then[15:])
+
+
+def test_a_recheck_measures_the_slots_an_early_verdict_wrote_off():
+    # A draft call costs a whole step, whatever K, so only a long accepted chain
+    # pays (K=1: 2 tokens in 2.2 steps; K=4: 5 in 2.8). In the first sentences
+    # only slot 1 is ever accepted (as in the shortest sentences of a sorted test
+    # set): greedy wins. Then every draft is. A re-check at the K the estimates
+    # favour (K=1) would learn slot 1 alone and find greedy faster for good; a
+    # re-check of every slot sees K=4 pay and drafting resumes.
+    def seconds(k):
+        return 1.0 if k == 0 else 2.0 + 0.2 * k
+
+    policy = AutoK(4)
+    early = run_sentences(policy, seconds, lambda k: min(k, 1), 30)
+    assert not any(drafts for drafts, _ in early[-10:])
+    later = run_sentences(policy, seconds, lambda k: k, 120)
+    assert all(drafts for drafts, _ in later[-20:])
+    assert sum(chosen.count(4) for _, chosen in later[-20:]) >= 0.9 * 20 * 10
 
 
 class _Counting:
@@ -399,3 +418,39 @@ def test_slots_not_drafted_keep_what_was_learned_of_them():
     after = est.conditional()
     assert after[2] > 0.9 and after[3] > 0.9
     assert after[1] < 0.2  # slot 2, drafted all along, learned its rejections
+
+
+def _arms_log(lengths, greedy_wins):
+    """SentenceArms over sentences of ``lengths``: which sentences drafted;
+    ``greedy_wins(length)`` is a drafting sentence's verdict."""
+    from nmt_specdec.decoding.arms import SentenceArms
+
+    arms, drafted = SentenceArms(), []
+    for i, length in enumerate(lengths):
+        drafts = arms.drafts(length)
+        arms.record(drafts, greedy_wins(length) if drafts else None)
+        if drafts:
+            drafted.append(i)
+    return drafted
+
+
+def test_a_sentence_longer_than_the_verdicts_is_rechecked_at_once():
+    # Sorted shortest first, as fairseq feeds them: drafting pays from 8 tokens on.
+    lengths = [1 + i // 25 for i in range(500)]  # 1 to 20 tokens
+    drafted = _arms_log(lengths, lambda length: length < 8)
+    first = next(i for i in drafted if lengths[i] >= 8)
+    assert lengths[first] == 8  # no wait: the first sentence of 8 tokens re-checks
+    assert all(i in drafted for i in range(first, 500))
+    # Before it, re-checks come at 1.5x longer sentences and after 16, 32, ...
+    assert len([i for i in drafted if i < first]) <= 12
+
+
+def test_a_shuffled_stream_rechecks_rarely_for_its_lengths():
+    import random
+
+    rng = random.Random(3)
+    lengths = [rng.randint(1, 40) for _ in range(2000)]
+    drafted = _arms_log(lengths, lambda length: True)  # drafting never pays
+    # The count-based re-checks (16, 32, 64, ...: 7 in 2000) and a few for
+    # lengths (the longest so far grown 1.5x: at most log_1.5(40) ~ 9).
+    assert len(drafted) <= 1 + 7 + 10
