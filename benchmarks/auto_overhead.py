@@ -18,6 +18,11 @@ every pass pays auto's exploration):
   the batches it drafted in (exploration and re-checks) and those it decoded
   greedily (what a greedy batch of auto costs: the target is nothing, >= 0.99).
   A pass's ratio moves by a few percent from pass to pass; the split much less.
+- **by source length** (``--by-length``, batch 1): per group of sentences of
+  like source length (1, 2, 3-4, 5-8, ... tokens), greedy's seconds and each
+  fixed K's ratio to them, each sentence the fastest of ``--split-repeats``,
+  and how many of the group's sentences auto drafted in on a pass of its own:
+  where drafting pays, and whether auto finds it.
 
 ``--drafter verifier-int8`` drafts with the verifier's own 8-bit copy (fp32 ONNX
 Runtime only); ``--shape base`` (or ``tiny``, ``big``) replaces the checkpoint by a
@@ -137,6 +142,45 @@ def split_by_drafting(task, runs: Dict[str, object],
     return sum(drafted), in_drafting, sum(extra) - in_drafting, sum(best["greedy"])
 
 
+def by_length(task, runs: Dict[str, object], repeats: int) -> List[str]:
+    """Table rows: per source length group (powers of two), greedy's seconds and
+    each fixed K's ratio to them (each sentence the fastest of ``repeats``, the
+    arms interleaved), and the sentences auto drafted in on a pass of its own."""
+    from nmt_specdec.decoding.k_policy import CostTable
+
+    fixed = [name for name in runs if name.startswith("K=")]
+    batches = runs["greedy"].batches
+    best = {name: [float("inf")] * len(batches) for name in ["greedy", *fixed]}
+    for repeat in range(repeats):
+        for index, batch in enumerate(batches):
+            names = ["greedy", *fixed]
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                start = time.perf_counter()
+                task.inference_step(runs[name].generator, [runs[name].model], batch.sample)
+                best[name][index] = min(best[name][index], time.perf_counter() - start)
+    auto = runs["auto"].generator
+    auto.reset_k_policy()
+    drafted = []
+    for batch in batches:
+        task.inference_step(auto, [runs["auto"].model], batch.sample)
+        drafted.append(auto.k_policy.may_draft)
+    groups: Dict[int, List[int]] = {}
+    for index, batch in enumerate(batches):
+        length = batch.sample["net_input"]["src_tokens"].size(1)
+        groups.setdefault(CostTable.bucket(length), []).append(index)
+    rows = []
+    for group, members in sorted(groups.items()):
+        greedy = sum(best["greedy"][i] for i in members)
+        cells = [f"{greedy / sum(best[name][i] for i in members):.3f}" for name in fixed]
+        span = str(group) if group <= 2 else f"{group // 2 + 1}-{group}"
+        rows.append(f"| {span} | {len(members)} | {greedy:.2f} | {' | '.join(cells)} | "
+                    f"{sum(drafted[i] for i in members)} |")
+    speedups = " | ".join(f"{name} speedup" for name in fixed)
+    header = (f"| source tokens | sentences | greedy s | {speedups} | auto's drafting sentences |"
+              "\n|---|" + "---:|" * (len(fixed) + 3))
+    return [header, *rows]
+
+
 def format_row(name: str, batch_size: int, found: Ratios, drafted: int, iterations: int,
                split: Tuple[int, float, float, float], batches: int) -> str:
     """One table row (see :data:`HEADER`)."""
@@ -171,6 +215,7 @@ def load_model(cfg, args, device):
 
 
 def measure(cfg, args) -> List[str]:
+    """Prints the main table's rows; returns the ``--by-length`` tables."""
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model, the safe loader)
     from nmt_specdec.evaluation import loading, metrics, pipeline, runner
     from nmt_specdec.evaluation.config import specdec
@@ -182,7 +227,7 @@ def measure(cfg, args) -> List[str]:
     testset = pipeline.load_testset(cfg, task, detokenize)
     engines = [(backend, False) for backend in cfg.backends]
     engines += [("onnxruntime", True)] if cfg.int8 else []
-    lines = []
+    tables = []
     runner.freeze_heap()
     for backend, int8 in engines:
         common = dict(beta=1, tau=0.0, backend=backend, int8=int8, drafter=args.drafter)
@@ -204,8 +249,10 @@ def measure(cfg, args) -> List[str]:
             name = backend + (" int8" if int8 else "")
             row = format_row(name, batch_size, found, drafted, iterations, split, len(batches))
             print(row, flush=True)
-            lines.append(row)
-    return lines
+            if args.by_length and batch_size == 1:
+                tables.append(f"\n{name}, batch 1, by source length:\n"
+                              + "\n".join(by_length(task, runs, args.split_repeats)))
+    return tables
 
 
 def main() -> int:
@@ -217,6 +264,8 @@ def main() -> int:
                         help="per-batch pairs (the fastest is kept)")
     parser.add_argument("--fixed-k", type=int, nargs="*", default=[],
                         help="fixed K arms auto is compared with (where drafting pays)")
+    parser.add_argument("--by-length", action="store_true",
+                        help="also a table by source length (batch 1): fixed K against greedy")
     parser.add_argument("--drafter", choices=DRAFTERS, default="head")
     parser.add_argument("--shape", choices=("checkpoint", "tiny", "base", "big"),
                         default="checkpoint",
@@ -234,7 +283,8 @@ def main() -> int:
           f"{args.passes} rounds of passes; {cpu_model()} ({cpu_isa()}), "
           f"{cfg.threads} thread(s)")
     print(HEADER)
-    measure(cfg, args)
+    for table in measure(cfg, args):
+        print(table)
     return 0
 
 
