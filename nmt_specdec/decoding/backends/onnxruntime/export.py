@@ -48,7 +48,7 @@ from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 28  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 30  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 

@@ -39,6 +39,12 @@ quantizes and multiplies row by row). There each row is quantized by graph ops
 GEMM; signed x signed has no fast kernel) and the weights per output column. Still one scale per row: a
 sentence's encoding does not depend on the others of its batch.
 
+The weights of these integer products have 7 bits (``WEIGHT_LIMIT``; the
+dynamic quantizer's ``reduce_range``): on a CPU without VNNI the runtime's
+u8 x s8 kernel adds pairs of products in 16 bits, and with 8-bit weights a pair
+(up to 2 x 255 x 127) overflows them: the encoder's outputs were off by a fifth
+on an AVX2-only CPU (AMD EPYC family 25 model 1). 2 x 255 x 63 fits.
+
 A batch of one sentence has an encoder of its own (:func:`quantize_sentence`):
 its input is that sentence alone, so one activation scale per product, over all
 its rows, still depends on nothing else, and the runtime fuses the quantization
@@ -61,6 +67,8 @@ import numpy as np
 from nmt_specdec import logs
 
 BLOCK = 64  # see the module's docstring: wider breaks beta=1 = greedy
+# The largest integer weight of the u8 x s8 products: 7 bits (see the module's docstring).
+WEIGHT_LIMIT = 63
 ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
 
@@ -144,7 +152,7 @@ def quantize_rows(path: Path, only_under: Optional[str] = None) -> None:
             nodes.append(node)
             continue
         matrix = numpy_helper.to_array(weight).astype(np.float32)
-        scale = np.abs(matrix).max(axis=0) / 127
+        scale = np.abs(matrix).max(axis=0) / WEIGHT_LIMIT
         scale[scale == 0] = 1
         name = node.name or node.output[0]
         graph.initializer.extend([
@@ -210,7 +218,7 @@ def quantize_sentence(path: Path) -> None:
     try:
         with logs.quiet("onnxruntime.quantization"):
             quantize_dynamic(str(path), str(path), op_types_to_quantize=["MatMul"],
-                             per_channel=True, weight_type=QuantType.QInt8)
+                             per_channel=True, weight_type=QuantType.QInt8, reduce_range=True)
     finally:
         root.removeFilter(not_advice)
 
