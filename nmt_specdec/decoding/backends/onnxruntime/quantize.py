@@ -42,8 +42,8 @@ sentence's encoding does not depend on the others of its batch.
 The weights of these integer products have 7 bits (``WEIGHT_LIMIT``; the
 dynamic quantizer's ``reduce_range``): on a CPU without VNNI the runtime's
 u8 x s8 kernel adds pairs of products in 16 bits, and with 8-bit weights a pair
-(up to 2 x 255 x 127) overflows them: the encoder's outputs were off by a fifth
-on an AVX2-only CPU (AMD EPYC family 25 model 1). 2 x 255 x 63 fits.
+(up to 2 x 255 x 127) overflows them (what that did to the encoder:
+docs/results.md, "On a CPU without VNNI"). 2 x 255 x 63 fits.
 
 A batch of one sentence has an encoder of its own (:func:`quantize_sentence`):
 its input is that sentence alone, so one activation scale per product, over all
