@@ -10,7 +10,7 @@ apart. Beside the speed, each row gives the draft loss of its last updates, so
 that a faster row that learns worse shows. Prints a markdown table (and ``--json``).
 
     python benchmarks/head_training_speed.py --checkpoint VERIFIER.pt --data BIN \\
-        --sentences 4000 --updates 40 --k 6 --out /tmp/head_speed [--baseline REV]
+        --sentences 4000 --updates 40 --k 6 --out /tmp/head_speed [--baseline REV[:ROW] ...]
 """
 
 from __future__ import annotations
@@ -103,11 +103,17 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS),
                    help="which trainings to time (default: all)")
-    p.add_argument("--baseline", metavar="REV",
-                   help="also train the live row with the code of this git revision (e.g. "
-                   "the commit before a change), first")
+    p.add_argument("--baseline", nargs="+", metavar="REV[:ROW]", default=[],
+                   help="also train ROW (default: live) with the code of git revision REV "
+                   "(e.g. the commit before a change), first")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    # Absolute: a baseline trains in its own checkout's directory.
+    args.checkpoint, args.data, args.out = (path.resolve() for path in
+                                            (args.checkpoint, args.data, args.out))
+    for spec in args.baseline:
+        if spec.partition(":")[2] not in ("", *ROWS):
+            p.error(f"--baseline {spec}: ROW is one of {', '.join(ROWS)}")
     data = subset(args.data, args.out / "data", args.sentences, 100)
     import torch
 
@@ -126,10 +132,12 @@ def main() -> int:
         return add_draft_head.train_flags(cfg, data, model_args, src, tgt, args.out / "ckpt")
 
     rows = {}
-    if args.baseline:
-        rows[f"verifier in every update, code of {args.baseline}"] = train_seconds(
-            flags(False), args.updates, args.threads, args.out / "train_baseline.log",
-            baseline_tree(args.baseline, args.out))
+    for spec in args.baseline:
+        rev, _, key = spec.partition(":")
+        name, state_cache, precision = ROWS[key or "live"]
+        rows[f"{name}, code of {rev}"] = train_seconds(
+            flags(state_cache, precision), args.updates, args.threads,
+            args.out / f"train_baseline_{rev}_{key or 'live'}.log", baseline_tree(rev, args.out))
     for key in args.rows:
         name, state_cache, precision = ROWS[key]
         rows[name] = train_seconds(flags(state_cache, precision), args.updates, args.threads,

@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from fairseq import metrics, utils
 from fairseq.criterions import register_criterion
@@ -30,6 +29,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from nmt_specdec.model.chunked_loss import summed_nll
 from nmt_specdec.model.draft_examples import make_draft_cuts
 from nmt_specdec.errors import UserError
 
@@ -141,10 +141,9 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         for name, logits in (("", first), ("refine_", refined)):
             if logits is None:
                 continue
-            lprobs = F.log_softmax(logits.float(), dim=-1)
-            hits = (lprobs.argmax(-1) == cuts.target) & valid
-            out[name + "loss"] = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target,
-                                            ignore_index=self.padding_idx, reduction="sum")
+            hits = (logits.argmax(-1) == cuts.target) & valid
+            out[name + "loss"] = summed_nll(logits.reshape(-1, logits.size(-1)), target,
+                                            self.padding_idx)
             out[name + "correct"] = int(hits.sum())
             out[name + "correct1"] = int(hits[:, 0].sum())
         if refined is not None:

@@ -61,6 +61,7 @@ from torch import Tensor, nn
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
+from nmt_specdec.model import train_layers
 from nmt_specdec.model.positions import embed_positions_at
 from nmt_specdec.errors import UserError
 
@@ -227,26 +228,47 @@ class DraftHead(nn.Module):
         without refinement layers or ``slot_tokens`` (B', K), the tokens the
         refinement conditions on (training: the targets)."""
         x = self.block_inputs(states, last_tokens, positions, num_slots)
-        x = self.dropout(x).transpose(0, 1)  # (K+1, B', C)
-        enc = encoder_out["encoder_out"][0]  # (S, B, C)
-        pad = encoder_out["encoder_padding_mask"]
-        enc_pad = pad[0] if pad else None
-        if rows is not None:
-            enc = enc.index_select(1, rows)
-            enc_pad = None if enc_pad is None else enc_pad.index_select(0, rows)
+        x = self._dropout(x).transpose(0, 1)  # (K+1, B', C)
+        run = self._layer_runner(encoder_out, rows)
         for layer in self.layers:
-            # No self-attention mask: the block is bidirectional.
-            x, _, _ = layer(x, enc, enc_pad)
+            x = run(layer, x, None)  # no self-attention mask: the block is bidirectional
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         first = _project(x[1:], self.output_weight())  # (B', K, V)
         if not len(self.refine_layers) or slot_tokens is None:
             return first, None
         y = self.refine_inputs(x.transpose(0, 1), last_tokens, slot_tokens)
-        y = self.dropout(y).transpose(0, 1)
+        y = self._dropout(y).transpose(0, 1)
         causal = torch.triu(y.new_full((y.size(0), y.size(0)), float("-inf")), 1)
         for layer in self.refine_layers:
-            y, _, _ = layer(y, enc, enc_pad, self_attn_mask=causal)
+            y = run(layer, y, causal)
         if self.refine_norm is not None:
             y = self.refine_norm(y)
         return first, _project(y[1:], self.output_weight())
+
+    def _layer_runner(self, encoder_out: Dict[str, List[Tensor]], rows: Optional[Tensor]
+                      ) -> Callable[[nn.Module, Tensor, Optional[Tensor]], Tensor]:
+        """``run(layer, x, self_attn_mask)`` for the head's layers over (T, B', C) blocks.
+
+        Blocks that share a sentence (``rows``) read the source's keys and values
+        projected once per sentence (:mod:`.train_layers`); otherwise, or for a
+        layer option that module does not implement, the fairseq layer runs on
+        each block's own copy of the source."""
+        enc = encoder_out["encoder_out"][0]  # (S, B, C)
+        pad = encoder_out["encoder_padding_mask"]
+        enc_pad = pad[0] if pad else None
+        if rows is not None and all(map(train_layers.supports, self.all_layers())):
+            def shared(layer, x, mask):
+                return train_layers.decoder_layer(
+                    layer, x, train_layers.source_rows(layer, enc, enc_pad, rows), mask)
+            return shared
+        if rows is not None:
+            enc = enc.index_select(1, rows)
+            enc_pad = None if enc_pad is None else enc_pad.index_select(0, rows)
+        return lambda layer, x, mask: layer(x, enc, enc_pad, self_attn_mask=mask)[0]
+
+    def _dropout(self, x: Tensor) -> Tensor:
+        return train_layers.dropout(x, self.dropout.p, self.dropout.training)
+
+    def all_layers(self) -> List[nn.Module]:
+        return [*self.layers, *self.refine_layers]
