@@ -10,6 +10,8 @@ from typing import Optional
 
 import torch
 
+from nmt_specdec.cpu_flags import cpu_flags
+
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere),
@@ -42,12 +44,7 @@ ISA_FLAGS = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"),
 def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The vector instruction sets of this CPU that matter for decoding, e.g.
     ``AVX2 AVX-512 VNNI AVX512-BF16`` ("unknown" without /proc/cpuinfo)."""
-    try:
-        with open(cpuinfo, encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle
-                          if line.startswith("flags")), None)
-    except OSError:
-        flags = None
+    flags = cpu_flags(cpuinfo)
     if flags is None:
         return "unknown"
     return " ".join(name for flag, name in ISA_FLAGS if flag in flags) or "no AVX2"

@@ -308,6 +308,31 @@ def test_corrupt_or_stale_cache_is_rebuilt(tmp_path, caplog):
     assert other != directory
 
 
+def test_int8_weight_bits_follow_the_cpu_and_name_the_cache(tmp_path, monkeypatch):
+    """8-bit integer weights where the CPU has VNNI, 7 elsewhere, each in a cache
+    directory of its own: a cache shared by two machines serves both."""
+    import onnx
+    from onnx import numpy_helper
+
+    from nmt_specdec.decoding.backends.onnxruntime import export
+    from tests.helpers.specdec_toy import random_specdec_model
+
+    task, model = random_specdec_model(tmp_path / "toy")
+    pad, eos = task.target_dictionary.pad(), task.target_dictionary.eos()
+    built = {}
+    for vnni in (True, False):
+        monkeypatch.setattr(export, "has_vnni", lambda vnni=vnni: vnni)
+        directory = export.graph_dir(model, pad, eos, True, root=tmp_path / "cache")
+        manifest = json.loads((directory / export.MANIFEST).read_text())
+        encoder = onnx.load(str(directory / export.ENCODER)).graph.initializer
+        largest = max(int(abs(numpy_helper.to_array(t)).max()) for t in encoder
+                      if t.name.endswith("_w8"))
+        built[vnni] = (directory, manifest["weight_bits"], largest)
+    assert built[True][1:] == (8, 127) and built[False][1:] == (7, 63)
+    assert built[True][0] != built[False][0] and built[False][0].name.endswith("-w7")
+    assert export.graph_dir(model, pad, eos, True, root=tmp_path / "cache") == built[False][0]
+
+
 def test_missing_runtime_is_a_one_line_error(shipped, monkeypatch, capsys):
     from nmt_specdec import translate
     from nmt_specdec.decoding.backends import make_backend

@@ -162,7 +162,8 @@ def test_cycle_finder_finds_a_cycle() -> None:
 
 # The layers, lowest first: a module imports only modules of its own layer or below.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
-    ("nmt_specdec.errors", "nmt_specdec.logs", "nmt_specdec.arguments", "nmt_specdec.hashing"),
+    ("nmt_specdec.errors", "nmt_specdec.logs", "nmt_specdec.arguments", "nmt_specdec.hashing",
+     "nmt_specdec.cpu_flags"),
     ("nmt_specdec.checkpoint_safety", "nmt_specdec.load_errors", "nmt_specdec.export",
      "nmt_specdec.shipping", "nmt_specdec.raw_text", "nmt_specdec.data"),
     ("nmt_specdec.checkpoints",),

@@ -50,3 +50,15 @@ def test_bf16_training_only_where_the_machine_multiplies_bf16(monkeypatch) -> No
         assert training_precision("auto") == ("bf16" if native else "fp32")
         assert training_precision("fp32") == "fp32"
         assert training_precision("bf16") == "bf16"
+
+
+def test_vnni_is_read_from_the_flags(tmp_path) -> None:
+    """8-bit integer weights only where the runtime adds their products in 32 bits."""
+    from nmt_specdec.cpu_flags import has_vnni
+
+    cpuinfo = tmp_path / "cpuinfo"
+    for flags, vnni in (("avx2 avx512f avx512_vnni", True), ("avx2 avx_vnni", True),
+                        ("avx2 avx512f avx512_bf16", False)):
+        cpuinfo.write_text(f"model name\t: Some CPU\nflags\t\t: fpu {flags}\n")
+        assert has_vnni(str(cpuinfo)) is vnni, flags
+    assert has_vnni(str(tmp_path / "missing")) is False

@@ -42,13 +42,14 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
+from nmt_specdec.cpu_flags import has_vnni
 from nmt_specdec.decoding.passes.draft_pass import refine_steps_of
 from nmt_specdec.errors import UserError
 from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 30  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 31  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
@@ -72,15 +73,20 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
 
     digest = weights_sha256(model)
     refine_steps, shortlist = _refine(model, refine_steps)
+    # The integer products' weights: 8 bits where the CPU adds their products in
+    # 32 bits (VNNI), else 7 (see quantize.weight_limit). In the name, so that a
+    # cache shared between machines keeps both.
+    bits = 8 if has_vnni() else 7
     variant = (("int8" if int8 else "fp32") + ("-fused" if fused else "")
                + ("-certified" if certified else "")
+               + ("-w7" if bits == 7 and (int8 or certified) else "")
                + ("-int8draft" if int8_draft else "")
                + (f"-refine{refine_steps}x{shortlist}" if refine_steps else ""))
     # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
                 "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
-                "certified": certified, "pad": pad, "eos": eos,
+                "certified": certified, "weight_bits": bits, "pad": pad, "eos": eos,
                 "draft_head": hasattr(model, "draft_head"),
                 # Unrolled into the draft graph, and not a weight.
                 "refine": [refine_steps, shortlist]}
@@ -151,11 +157,13 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
         quantize_sentence,
     )
 
+    bits = identity["weight_bits"]
     if int8:  # many rows per product: see quantize_rows
-        quantize_rows(building / ENCODER)
-        quantize_sentence(building / ENCODER_SENTENCE)
+        quantize_rows(building / ENCODER, weight_bits=bits)
+        quantize_sentence(building / ENCODER_SENTENCE, weight_bits=bits)
     if VERIFY_ROWS in files:  # certified: the output projection alone
-        quantize_rows(building / VERIFY_ROWS, only_under=None if int8 else APPROX_SCOPE)
+        quantize_rows(building / VERIFY_ROWS, only_under=None if int8 else APPROX_SCOPE,
+                      weight_bits=bits)
     for name in quantized:
         quantize_graph(building / name)
     if int8_draft and FUSED in files:  # its draft head as the draft graph's

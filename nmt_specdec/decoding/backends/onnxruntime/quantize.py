@@ -39,11 +39,13 @@ quantizes and multiplies row by row). There each row is quantized by graph ops
 GEMM; signed x signed has no fast kernel) and the weights per output column. Still one scale per row: a
 sentence's encoding does not depend on the others of its batch.
 
-The weights of these integer products have 7 bits (``WEIGHT_LIMIT``; the
-dynamic quantizer's ``reduce_range``): on a CPU without VNNI the runtime's
-u8 x s8 kernel adds pairs of products in 16 bits, and with 8-bit weights a pair
-(up to 2 x 255 x 127) overflows them (what that did to the encoder:
-docs/results.md, "On a CPU without VNNI"). 2 x 255 x 63 fits.
+The weights of these integer products have 8 bits on a CPU with VNNI and 7
+bits elsewhere (:func:`weight_limit`; the dynamic quantizer's ``reduce_range``):
+without VNNI the runtime's u8 x s8 kernel adds pairs of products in 16 bits,
+and with 8-bit weights a pair (up to 2 x 255 x 127) overflows them (what that
+did to the encoder: docs/results.md, "On a CPU without VNNI"). 2 x 255 x 63
+fits. With VNNI the eighth bit is kept: it is what 7 bits lose in BLEU there
+(same section).
 
 A batch of one sentence has an encoder of its own (:func:`quantize_sentence`):
 its input is that sentence alone, so one activation scale per product, over all
@@ -67,8 +69,12 @@ import numpy as np
 from nmt_specdec import logs
 
 BLOCK = 64  # see the module's docstring: wider breaks beta=1 = greedy
-# The largest integer weight of the u8 x s8 products: 7 bits (see the module's docstring).
-WEIGHT_LIMIT = 63
+
+
+def weight_limit(bits: int) -> int:
+    """The largest integer weight of the u8 x s8 products with ``bits``-bit weights
+    (8 on a CPU with VNNI, else 7: see the module's docstring)."""
+    return 2 ** (bits - 1) - 1
 ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
 
@@ -129,10 +135,10 @@ def fold_biases(model) -> int:
     return len(folded)
 
 
-def quantize_rows(path: Path, only_under: Optional[str] = None) -> None:
+def quantize_rows(path: Path, only_under: Optional[str] = None, weight_bits: int = 7) -> None:
     """Rewrites every matrix product with constant weights of the graph at ``path``
-    in place as a per-row 8-bit integer product (see the module's docstring;
-    ``only_under``: as :func:`quantize_graph`'s)."""
+    in place as a per-row 8-bit integer product with ``weight_bits``-bit weights
+    (see the module's docstring; ``only_under``: as :func:`quantize_graph`'s)."""
     import onnx
     from onnx import numpy_helper
 
@@ -152,7 +158,7 @@ def quantize_rows(path: Path, only_under: Optional[str] = None) -> None:
             nodes.append(node)
             continue
         matrix = numpy_helper.to_array(weight).astype(np.float32)
-        scale = np.abs(matrix).max(axis=0) / WEIGHT_LIMIT
+        scale = np.abs(matrix).max(axis=0) / weight_limit(weight_bits)
         scale[scale == 0] = 1
         name = node.name or node.output[0]
         graph.initializer.extend([
@@ -193,12 +199,13 @@ def _row_product(x: str, name: str, out: str) -> list:
     return nodes + [helper.make_node("Mul", [t("float"), t("scales")], [out], name=t("out"))]
 
 
-def quantize_sentence(path: Path) -> None:
+def quantize_sentence(path: Path, weight_bits: int = 7) -> None:
     """Rewrites the encoder graph at ``path`` in place for a batch of one sentence:
     ONNX Runtime's dynamic quantization (one activation scale per product over the
-    whole input, int8 weights per output column), which the runtime runs as
-    ``DynamicQuantizeMatMul``: 2 nodes per product where :func:`quantize_rows`
-    needs 12 (see the module's docstring)."""
+    whole input, int8 weights per output column, 7 bits of them unless
+    ``weight_bits`` is 8), which the runtime runs as ``DynamicQuantizeMatMul``: 2
+    nodes per product where :func:`quantize_rows` needs 12 (see the module's
+    docstring)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -218,7 +225,8 @@ def quantize_sentence(path: Path) -> None:
     try:
         with logs.quiet("onnxruntime.quantization"):
             quantize_dynamic(str(path), str(path), op_types_to_quantize=["MatMul"],
-                             per_channel=True, weight_type=QuantType.QInt8, reduce_range=True)
+                             per_channel=True, weight_type=QuantType.QInt8,
+                             reduce_range=weight_bits < 8)
     finally:
         root.removeFilter(not_advice)
 
