@@ -33,6 +33,7 @@ from fairseq_plugins.generation_stats import log_stats_at_exit
 from nmt_specdec.decoding.build import build_decoder
 from nmt_specdec.decoding.options import DecodingOptions, flag_fields
 from nmt_specdec.errors import UserError
+from nmt_specdec.model.head_file import head_file_weights
 from nmt_specdec.model.state_cache import StateCache
 
 logger = logging.getLogger(__name__)
@@ -251,9 +252,12 @@ def _load_head_weights(model, path: str) -> None:
         raise UserError(f"--init-draft-head-from: no such file {path}")
     if not hasattr(model, "draft_head"):
         raise UserError("--init-draft-head-from needs --arch specdec_transformer*")
-    weights = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
-    prefix = "draft_head."
-    head = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    # A head file (HEAD.pt, e.g. a shipped head), else a checkpoint with a head.
+    head = head_file_weights(model, Path(path), "--init-draft-head-from")
+    if head is None:
+        weights = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+        prefix = "draft_head."
+        head = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     if not head:
         raise UserError(f"--init-draft-head-from {path} has no draft head")
     try:

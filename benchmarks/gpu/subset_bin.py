@@ -7,9 +7,10 @@ replacement with a fixed seed and kept in their original order; both sides of
 a pair stay together. The dictionaries are copied.
 
 Usage: ``python3 benchmarks/gpu/subset_bin.py SRC_DIR OUT_DIR --split train=60000
-[--split valid=200] [--link valid] [--after 40000]`` (``--link`` symlinks a split unchanged;
-``--after N`` draws the train pairs from those that a draw of N with the same seed left out,
-so a second subset adds sentences the first one does not hold).
+[--split valid=200] [--link valid] [--after 40000 [80000 ...]]`` (``--link`` symlinks a split
+unchanged; ``--after N`` draws the train pairs from those that a draw of N with the same seed
+left out, so a second subset adds sentences the first one does not hold; ``--after N1 N2`` from
+those that neither the first nor the second subset holds, and so on).
 """
 
 from __future__ import annotations
@@ -19,23 +20,29 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 
-def chosen(total: int, count: int, seed: int, after: int = 0) -> np.ndarray:
-    """Sorted indices of ``count`` random pairs out of ``total``; with ``after``,
-    drawn from those that a draw of ``after`` with the same seed did not pick."""
-    if after <= 0:
+def chosen(total: int, count: int, seed: int, after: Sequence[int] = ()) -> np.ndarray:
+    """Sorted indices of ``count`` random pairs out of ``total``; with ``after``
+    (N1, N2, ...), drawn from those that the earlier draws left out: N1 with
+    ``seed``, N2 from the rest with ``seed + 1``, ..., this one with
+    ``seed + len(after)``."""
+    if not after:
         return np.arange(total) if count >= total else np.sort(
             np.random.default_rng(seed).choice(total, size=count, replace=False))
-    rest = np.setdiff1d(np.arange(total), chosen(total, after, seed))
+    taken = np.concatenate([chosen(total, after[0], seed)]
+                           + [chosen(total, n, seed, after[:i + 1])
+                              for i, n in enumerate(after[1:])])
+    rest = np.setdiff1d(np.arange(total), taken)
     return rest if count >= len(rest) else np.sort(
-        np.random.default_rng(seed + 1).choice(rest, size=count, replace=False))
+        np.random.default_rng(seed + len(after)).choice(rest, size=count, replace=False))
 
 
 def subset(src: Path, out: Path, split: str, count: int, langs: tuple[str, str], seed: int,
-           after: int = 0) -> int:
+           after: Sequence[int] = ()) -> int:
     """Writes ``count`` random pairs of ``split``; returns how many were written."""
     from fairseq.data import indexed_dataset
 
@@ -64,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--link", action="append", default=[], metavar="NAME")
     p.add_argument("--langs", default="de-en")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--after", type=int, default=0, metavar="N",
-                   help="train: skip the pairs a draw of N with this seed picks")
+    p.add_argument("--after", type=int, nargs="+", default=[], metavar="N",
+                   help="train: skip the pairs that draws of N1, N2, ... (seed, seed + 1, ...) "
+                   "picked, each from what the ones before it left")
     args = p.parse_args(argv)
     langs = tuple(args.langs.split("-"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(args.src / f"dict.{lang}.txt", args.out / f"dict.{lang}.txt")
     for spec in args.split:
         name, _, count = spec.partition("=")
-        after = args.after if name == "train" else 0
+        after = args.after if name == "train" else []
         written = subset(args.src, args.out, name, int(count), langs, args.seed, after)
         print(f"{args.out}: {name} {written} pairs")
     for name in args.link:

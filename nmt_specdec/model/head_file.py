@@ -16,7 +16,7 @@ Files load weights-only (``torch.load(weights_only=True)``): nothing pickled run
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import nn
@@ -77,12 +77,8 @@ def attach_head_file(model: nn.Module, path: Path) -> None:
         CheckpointError: not a head file, or a head of another verifier (one line).
     """
     content = _read(path)
+    _check_verifier(content, model, f"--draft-head {path}")
     dtype = model.decoder.embed_tokens.weight.dtype
-    rounded = torch.bfloat16 if dtype == torch.bfloat16 else torch.float16
-    kind = str(rounded).replace("torch.", "")
-    if content["verifier"].get(kind) != verifier_fingerprint(model, rounded):
-        raise CheckpointError(f"--draft-head {path}: this head was trained on another verifier "
-                              "(its fingerprint differs from this checkpoint's)")
     if hasattr(model, "draft_head"):
         raise CheckpointError(f"--draft-head {path}: the checkpoint already has a draft head")
     shape = content["shape"]
@@ -96,6 +92,32 @@ def attach_head_file(model: nn.Module, path: Path) -> None:
     device = model.decoder.embed_tokens.weight.device
     model.draft_head = head.to(device=device, dtype=dtype).eval()
     model.draft_block_size = shape["block_size"]
+
+
+def head_file_weights(model: nn.Module, path: Path, flag: str
+                      ) -> Optional[Dict[str, torch.Tensor]]:
+    """The head weights (half precision) of the head file at ``path``, for a warm
+    start of ``model``'s head (``flag``: the option that named it, for errors);
+    None when ``path`` is not a head file.
+
+    Raises:
+        CheckpointError: a head file of another verifier than ``model``'s (one line).
+    """
+    try:
+        content = _read(path)
+    except CheckpointError:
+        return None
+    _check_verifier(content, model, f"{flag} {path}")
+    return content["weights"]
+
+
+def _check_verifier(content: Dict, model: nn.Module, named: str) -> None:
+    dtype = model.decoder.embed_tokens.weight.dtype
+    rounded = torch.bfloat16 if dtype == torch.bfloat16 else torch.float16
+    kind = str(rounded).replace("torch.", "")
+    if content["verifier"].get(kind) != verifier_fingerprint(model, rounded):
+        raise CheckpointError(f"{named}: this head was trained on another verifier "
+                              "(its fingerprint differs from this checkpoint's)")
 
 
 def _read(path: Path) -> Dict:

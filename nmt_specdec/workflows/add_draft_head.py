@@ -69,8 +69,9 @@ class AddHeadConfig:
         refine_layers: layers of the causal refinement pass (0 = none).
         refine_steps: times decoding runs it by default (not a training setting:
             rerun with another value, a run keeps its checkpoints).
-        init_head: start the head from this trained head (same verifier);
-            parts it lacks (e.g. refinement layers) start fresh.
+        init_head: start the head from this trained head (same verifier), a
+            joint checkpoint or a head file; parts it lacks (e.g. refinement
+            layers) start fresh.
         cuts: training blocks per sentence.
         beam: beam of the distillation (1 = the verifier's greedy output).
         budget_minutes: wall-clock limit of the training step.
@@ -357,8 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall-clock limit of the training step")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--init-head", type=Path, default=None,
-                   help="start the head from this trained head on the same verifier "
-                   "(e.g. to add refinement layers); new parts start fresh")
+                   help="start the head from this trained head on the same verifier (a joint "
+                   "OUT/model.pt or a head file, OUT/head.pt); new parts start fresh")
     p.add_argument("--extra-source", type=Path, default=None,
                    help="monolingual source text (one sentence per line) whose verifier "
                    "translations are added to the head's training data")

@@ -192,6 +192,30 @@ def test_init_draft_head_from_copies_a_head_or_refuses_in_one_line(shipped, tmp_
         _load_head_weights(model, str(tmp_path / "missing.pt"))
 
 
+def test_init_draft_head_from_takes_a_head_file_of_the_same_verifier(shipped, tmp_path):
+    """A shipped head (HEAD.pt, half precision) trains on from where it stopped; a
+    head file of another verifier is refused in one line."""
+    from fairseq_plugins.specdec_task import _load_head_weights
+    from nmt_specdec.model.head_file import write_head_file
+
+    model, _, _ = shipped
+    head_path = write_head_file(model, tmp_path / "head.pt")
+    stored = {k: v.clone() for k, v in model.draft_head.state_dict().items()}
+    with torch.no_grad():
+        for param in model.draft_head.parameters():
+            param.zero_()
+    _load_head_weights(model, str(head_path))
+    for key, value in model.draft_head.state_dict().items():
+        expected = stored[key].half().to(value.dtype) if value.is_floating_point() else stored[key]
+        assert torch.equal(value, expected), key
+    content = torch.load(head_path, weights_only=True)
+    content["verifier"] = {kind: "0" * 64 for kind in content["verifier"]}
+    torch.save(content, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="--init-draft-head-from .*another verifier") as err:
+        _load_head_weights(model, str(tmp_path / "other.pt"))
+    assert "\n" not in str(err.value)
+
+
 def test_bad_refinement_options_are_one_line_errors(shipped):
     model, _, _ = shipped
     for layers, steps in ((-1, 1), (1, 0)):
