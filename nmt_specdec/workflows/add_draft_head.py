@@ -69,9 +69,8 @@ class AddHeadConfig:
         refine_layers: layers of the causal refinement pass (0 = none).
         refine_steps: times decoding runs it by default (not a training setting:
             rerun with another value, a run keeps its checkpoints).
-        init_head: start the head from this trained head (same verifier), a
-            joint checkpoint or a head file; parts it lacks (e.g. refinement
-            layers) start fresh.
+        init_head: start the head from this trained head (same verifier; a joint
+            checkpoint or a head file); parts it lacks (e.g. refinement) start fresh.
         cuts: training blocks per sentence.
         beam: beam of the distillation (1 = the verifier's greedy output).
         budget_minutes: wall-clock limit of the training step.

@@ -44,8 +44,8 @@ bits elsewhere (:func:`weight_limit`; the dynamic quantizer's ``reduce_range``):
 without VNNI the runtime's u8 x s8 kernel adds pairs of products in 16 bits,
 and with 8-bit weights a pair (up to 2 x 255 x 127) overflows them (what that
 did to the encoder: docs/results.md, "On a CPU without VNNI"). 2 x 255 x 63
-fits. With VNNI the eighth bit is kept: it is what 7 bits lose in BLEU there
-(same section).
+fits. With VNNI the eighth bit is kept (what it is worth there: the same
+section).
 
 A batch of one sentence has an encoder of its own (:func:`quantize_sentence`):
 its input is that sentence alone, so one activation scale per product, over all
