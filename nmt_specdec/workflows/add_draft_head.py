@@ -23,7 +23,8 @@ training's updates per second and the state cache's size on disk:
    ``{out}/head.pt`` (``--draft-head`` attaches it to the input checkpoint), then
    tokens per iteration and acceptance per slot on the valid split with beta=1.
 
-Each step is an ordinary fairseq command underneath (flags logged; INFO logs with ``-v``).
+Each step is an ordinary fairseq command underneath; the flags are logged.
+The libraries' INFO logs are shown only with ``-v/--verbose``.
 """
 
 from __future__ import annotations
@@ -223,8 +224,7 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
         "--max-tokens", str(cfg.max_tokens), "--num-workers", "0", "--seed", "1",
         "--save-dir", str(save_dir), "--no-epoch-checkpoints",
         "--save-interval-updates", "200", "--keep-interval-updates", "1",
-        "--validate-interval-updates", "200", "--validate-interval", "1000000",  # not per epoch
-        "--log-format", "simple", "--log-interval", "25",
+        "--validate-interval-updates", "200", "--log-format", "simple", "--log-interval", "25",
         "--stop-time-hours", f"{cfg.budget_minutes / 60:.4f}",
     ]
     if cfg.state_cache:
