@@ -70,7 +70,7 @@ def train_seconds(flags, updates: int, threads: int, log: Path, repo: Path = REP
     cmd = [sys.executable, "-m", "fairseq_cli.train", *flags, "--max-update", str(updates),
            "--disable-validation", "--no-save", "--log-interval", "1"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    stamps, losses = [], []
+    stamps, losses, tokens = [], [], []
     with open(log, "w") as handle:
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, env=env, cwd=repo)
@@ -81,6 +81,8 @@ def train_seconds(flags, updates: int, threads: int, log: Path, repo: Path = REP
                 stamps.append(time.monotonic())
                 loss = re.search(r"draft_loss=([0-9.]+)", line)
                 losses.append(float(loss.group(1)) if loss else float("nan"))
+                words = re.search(r"wpb=([0-9.]+)", line)  # target tokens of the update
+                tokens.append(float(words.group(1)) if words else float("nan"))
         if process.wait() != 0:
             raise SystemExit(f"fairseq-train failed; see {log}")
     if len(stamps) < 3:
@@ -88,6 +90,9 @@ def train_seconds(flags, updates: int, threads: int, log: Path, repo: Path = REP
     return {"updates": len(stamps) - 1,
             "seconds": stamps[-1] - stamps[0],
             "updates_per_s": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+            # Updates/s depend on how full the batches are (a larger split fills them
+            # more): tokens/s is the rate to compare across data.
+            "tokens_per_s": sum(tokens[1:]) / (stamps[-1] - stamps[0]),
             "draft_loss_last": sum(losses[-LAST:]) / len(losses[-LAST:])}
 
 
@@ -151,11 +156,12 @@ def main() -> int:
               "rows": rows}
     print(f"| head training ({args.sentences} sentences, K={args.k}, {args.max_tokens} tokens "
           f"per update, {args.threads} threads, {result['machine']}) | updates | seconds | "
-          f"updates/s | x first row | draft loss, last {LAST} updates |")
-    print("|---|---:|---:|---:|---:|---:|")
+          f"updates/s | tokens/s | x first row | draft loss, last {LAST} updates |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, row in rows.items():
         print(f"| {name} | {row['updates']} | {row['seconds']:.1f} | {row['updates_per_s']:.3f} "
-              f"| {row['vs_first_row']:.2f}x | {row['draft_loss_last']:.3f} |")
+              f"| {row['tokens_per_s']:.0f} | {row['vs_first_row']:.2f}x "
+              f"| {row['draft_loss_last']:.3f} |")
     print(f"\nthe cache: {cache_s:.0f} s to write, {result['cache_bytes'] / 2**20:.0f} MiB on disk")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
