@@ -23,10 +23,7 @@ from typing import List
 from torch import nn
 
 from nmt_specdec.errors import UserError
-
-# Layer attribute -> the option that creates it (NormFormer, fairseq's transformer_lm).
-_LAYER_EXTRAS = (("attn_ln", "scale_attn"), ("c_attn", "scale_heads"),
-                 ("ffn_layernorm", "scale_fc"), ("w_resid", "scale_resids"))
+from nmt_specdec.model.layer_options import unsupported_layer_options
 
 
 def unsupported_options(decoder: nn.Module) -> List[str]:
@@ -63,28 +60,8 @@ def unsupported_options(decoder: nn.Module) -> List[str]:
         if not isinstance(layer, TransformerDecoderLayerBase):
             found.append(f"base_layers ({type(layer).__name__})")
             continue
-        found += _layer_options(layer)
+        found += unsupported_layer_options(layer)
     return list(dict.fromkeys(found))  # each option once, in order
-
-
-def _layer_options(layer: nn.Module) -> List[str]:
-    found = [option for name, option in _LAYER_EXTRAS if getattr(layer, name, None) is not None]
-    if getattr(layer, "cross_self_attention", False):
-        found.append("cross_self_attention")
-    if layer.encoder_attn is None:
-        found.append("no_cross_attention (decoder layers without encoder attention)")
-    for attn in (layer.self_attn, layer.encoder_attn):
-        if attn is None:
-            continue
-        if attn.bias_k is not None:
-            found.append("add_bias_kv")
-        if attn.add_zero_attn:
-            found.append("add_zero_attn")
-        if getattr(attn, "use_xformers", False):
-            found.append("xformers_att_config")
-        if attn.num_heads * attn.head_dim != layer.embed_dim:
-            found.append("pruned attention heads")
-    return found
 
 
 def check_decodable(model: nn.Module) -> None:

@@ -19,9 +19,9 @@ Three changes, none to what is computed:
 :func:`decoder_layer` is otherwise the fairseq layer's forward: the same
 modules, residuals and norms, so it trains the same weights to the same values
 up to float rounding and dropout's draws (tested against the fairseq layer,
-values and gradients). It covers the plain layer (the options the decoding
-engine supports, too); :func:`supports` says whether a layer is one, and the
-head falls back to the fairseq layer otherwise.
+values and gradients). It covers the plain layer, as the decoding engine's
+passes do (:mod:`.layer_options` names the rest); :func:`supports` says whether
+a layer is one, and the head falls back to the fairseq layer otherwise.
 
 Shapes: T block positions, B' blocks, B sentences, S source, H heads, D head
 dim, C model dim.
@@ -34,6 +34,8 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from nmt_specdec.model.layer_options import unsupported_layer_options
 
 
 class SourceRows(NamedTuple):
@@ -49,18 +51,9 @@ class SourceRows(NamedTuple):
     mask: Tensor
 
 
-_EXTRAS = ("attn_ln", "c_attn", "ffn_layernorm", "w_resid")  # the --scale-* options
-
-
 def supports(layer: nn.Module) -> bool:
     """Whether ``layer`` is a plain decoder layer, all :func:`decoder_layer` implements."""
-    attn = getattr(layer, "encoder_attn", None)
-    if attn is None or getattr(layer, "cross_self_attention", False):
-        return False
-    if any(getattr(layer, name, None) is not None for name in _EXTRAS):
-        return False
-    return (attn.bias_k is None and not attn.add_zero_attn
-            and not getattr(attn, "use_xformers", False))
+    return not unsupported_layer_options(layer)
 
 
 def source_rows(layer: nn.Module, encoder_out: Tensor, padding: Optional[Tensor],
@@ -98,19 +91,19 @@ def decoder_layer(layer: nn.Module, x: Tensor, source: SourceRows,
     residual = x
     h = layer.self_attn_layer_norm(x) if pre else x
     h = _self_attention(layer.self_attn, h, self_attn_mask)
-    x = layer.residual_connection(_dropout(layer, h), residual)
+    x = layer.residual_connection(_dropout(layer.dropout_module, h), residual)
     x = x if pre else layer.self_attn_layer_norm(x)
 
     residual = x
     h = layer.encoder_attn_layer_norm(x) if pre else x
     h = _encoder_attention(layer.encoder_attn, h, source)
-    x = layer.residual_connection(_dropout(layer, h), residual)
+    x = layer.residual_connection(_dropout(layer.dropout_module, h), residual)
     x = x if pre else layer.encoder_attn_layer_norm(x)
 
     residual = x
     h = layer.final_layer_norm(x) if pre else x
-    h = _dropout(layer, layer.activation_fn(layer.fc1(h)), layer.activation_dropout_module)
-    x = layer.residual_connection(_dropout(layer, layer.fc2(h)), residual)
+    h = _dropout(layer.activation_dropout_module, layer.activation_fn(layer.fc1(h)))
+    x = layer.residual_connection(_dropout(layer.dropout_module, layer.fc2(h)), residual)
     return x if pre else layer.final_layer_norm(x)
 
 
@@ -139,7 +132,7 @@ def _attend(attn: nn.Module, rows: Tensor, key: Tensor, value: Tensor,
     scores = torch.matmul(query * attn.scaling, key.to(query.dtype).transpose(-1, -2))
     if mask is not None:
         scores = scores + mask.to(scores.dtype)
-    probs = _dropout(attn, F.softmax(scores.float(), dim=-1).type_as(scores))
+    probs = _dropout(attn.dropout_module, F.softmax(scores.float(), dim=-1).type_as(scores))
     out = torch.matmul(probs, value.to(probs.dtype))  # (B', H, T, D)
     batch, heads, length, head_dim = out.shape
     out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
@@ -163,9 +156,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     return x * (kept.to(x.dtype) * (1.0 / (1.0 - p)))
 
 
-def _dropout(owner: nn.Module, x: Tensor, module: Optional[nn.Module] = None) -> Tensor:
-    """:func:`dropout` with the rate and mode of ``module`` (default: ``owner.dropout_module``)."""
-    module = module if module is not None else owner.dropout_module
+def _dropout(module: nn.Module, x: Tensor) -> Tensor:
+    """:func:`dropout` with the rate and mode of a fairseq ``FairseqDropout``."""
     return dropout(x, module.p, module.training or module.apply_during_inference)
 
 

@@ -30,6 +30,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
+from nmt_specdec.cpu_flags import has_vnni
 from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     DRAFT,
     DRAFT_MEMORY,
@@ -42,7 +43,6 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
-from nmt_specdec.cpu_flags import has_vnni
 from nmt_specdec.decoding.passes.draft_pass import refine_steps_of
 from nmt_specdec.errors import UserError
 from nmt_specdec.hashing import file_sha256, tensors_sha256

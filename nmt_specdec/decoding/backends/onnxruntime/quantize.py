@@ -69,13 +69,13 @@ import numpy as np
 from nmt_specdec import logs
 
 BLOCK = 64  # see the module's docstring: wider breaks beta=1 = greedy
+ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
 
 def weight_limit(bits: int) -> int:
     """The largest integer weight of the u8 x s8 products with ``bits``-bit weights
     (8 on a CPU with VNNI, else 7: see the module's docstring)."""
     return 2 ** (bits - 1) - 1
-ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
 
 def quantize_graph(path: Path, only_under: Optional[str] = None) -> None:
