@@ -85,3 +85,30 @@ def test_biases_fold_into_the_8bit_products(tmp_path):
     y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     exact = x @ weight + bias
     assert np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+def test_copies_of_a_weight_are_quantized_once(tmp_path):
+    """Two products with equal constant weights (a layer unrolled twice) read one
+    quantized weight; a weight that differs keeps its own."""
+    rng = np.random.default_rng(5)
+    weight = (rng.standard_normal((64, 64)) * 0.05).astype(np.float32)
+    other = weight.copy()
+    other[0, 0] += 1
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [x, w], [y], name=y)
+         for x, w, y in (("x", "w1", "h1"), ("h1", "w2", "h2"), ("h2", "w3", "y"))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+        [numpy_helper.from_array(w, name)
+         for w, name in ((weight, "w1"), (weight.copy(), "w2"), (other, "w3"))])
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    quantize_graph(path)
+    products = [n for n in onnx.load(str(path)).graph.node if n.op_type == "MatMulNBits"]
+    assert len(products) == 3
+    assert products[0].input[1] == products[1].input[1] != products[2].input[1]
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    exact = x @ weight @ weight @ other
+    assert np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
