@@ -70,11 +70,8 @@ class KPolicy:
         """K for this iteration, at most ``limit``, for ``batch`` active rows."""
         return limit
 
-    def observe(self, num_accepted: List[int], k: int, seconds: float,
-                drafted: Optional[List[int]] = None) -> None:
-        """An iteration that drafted ``k`` took ``seconds``; per row, ``num_accepted``
-        drafts committed and ``drafted`` slots proposed at or before a committed EOS
-        (None: ``k`` each; see :func:`~.decision.acceptance.drafts_before_eos`)."""
+    def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
+        """An iteration that drafted ``k`` took ``seconds``; ``num_accepted`` per row."""
 
     def start_batch(self, rows: int, source_length: int = 0) -> None:
         """A batch of ``rows`` sentences starts, the longest ``source_length`` tokens."""
@@ -101,19 +98,12 @@ class AcceptanceEstimate:
         self.passed = [0.0] * slots   # ... and slot j was accepted too
         self.decay = decay
 
-    def observe(self, num_accepted: List[int], k: int,
-                drafted: Optional[List[int]] = None) -> None:
-        """Per row, ``num_accepted`` drafts committed of ``drafted`` proposed at or
-        before a committed EOS (None: ``k`` each). Slots after an accepted EOS
-        draft were not reached: counted as rejected, they would make a drafter
-        look worse the shorter the sentences (every sentence of two tokens would
-        reject slot 2 at K >= 2 by ending on its accepted EOS)."""
+    def observe(self, num_accepted: List[int], k: int) -> None:
         for j in range(min(k, len(self.reached))):
             self.reached[j] *= self.decay
             self.passed[j] *= self.decay
-        for row, n in enumerate(num_accepted):
-            limit = k if drafted is None else drafted[row]
-            for j in range(min(limit, n + 1)):  # slots 1..n+1 were reached, if proposed
+        for n in num_accepted:
+            for j in range(min(k, n + 1)):  # slots 1..min(k, n+1) were reached
                 self.reached[j] += 1
                 self.passed[j] += j < n
 
@@ -299,13 +289,12 @@ class AutoK(KPolicy):
         self.retries[bucket] = (best, wait, due)
         return retry
 
-    def observe(self, num_accepted: List[int], k: int, seconds: float,
-                drafted: Optional[List[int]] = None) -> None:
+    def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
         if not self.may_draft:
             if self.table is not None:
                 self.table.record(0, self.batch, seconds)
             return
-        self.acceptance.observe(num_accepted, k, drafted)
+        self.acceptance.observe(num_accepted, k)
         if self.table is not None:
             self.table.record(k, self.batch, seconds)
 

@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Tuple
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.acceptance import drafts_before_eos, drafts_before_eos_host
+from nmt_specdec.decoding.decision.acceptance import drafts_before_eos
 
 
 def oracle_tokens_per_iteration(lengths: Iterable[int], k: int) -> float:
@@ -133,10 +133,11 @@ def tally_host_turns(turns: List[Turn], k_max: int) -> Tuple[List[int], List[int
     tensor version's dispatch is a visible share of a sentence)."""
     drafted_per_slot, accepted_per_slot = [0] * k_max, [0] * k_max
     for turn in turns:
-        drafted, accepted = drafts_before_eos_host(*turn)
+        # as drafts_before_eos
+        drafted = min(turn.committed, turn.k) if turn.finished else turn.k
         for slot in range(drafted):
             drafted_per_slot[slot] += 1
-        for slot in range(accepted):
+        for slot in range(min(turn.accepted, turn.committed)):
             accepted_per_slot[slot] += 1
     return (drafted_per_slot, accepted_per_slot, len(turns),
             sum(turn.committed for turn in turns))

@@ -45,8 +45,7 @@ def test_greedy_sentences_take_the_greedy_path(toy, loop):
     start = auto.drafter.start_batch
     auto.drafter.start_batch = lambda *args: drafter_calls.append(1) or start(*args)
     observe = auto.k_policy.observe
-    auto.k_policy.observe = (lambda counts, k, s, drafted=None:
-                             observed.append(counts) or observe(counts, k, s, drafted))
+    auto.k_policy.observe = lambda counts, k, s: observed.append(counts) or observe(counts, k, s)
     for sentence in range(8):
         # Lengths within 1.5x of the first: no re-check for a longer sentence.
         sample = source_batch(dictionary, [6 + sentence % 3], seed=sentence)

@@ -203,37 +203,3 @@ def test_stats_fields(toy, batch):
     # Totals keep running over calls of the same generator.
     generator.generate([model], batch)
     assert stats.sentences == 2 * n and stats.iterations == 2 * sum(h["iterations"] for h in hyps)
-
-
-@pytest.mark.parametrize("loop", ["single_row", "batched", "static"])
-def test_auto_k_counts_no_rejection_for_an_oracle(toy, batch, loop):
-    # An iteration that ends its sentence on an accepted EOS draft reached no slot
-    # after it: --spec-k auto must not learn a rejection there (it did, and gave up
-    # drafting on a test set that starts with sentences of one word).
-    from nmt_specdec.decoding.k_policy import AutoK
-    from nmt_specdec.decoding.loops import StaticLoop, decode_rows, decode_single_row
-
-    _, model, dictionary = toy
-    samples = ([select_rows(batch, [row]) for row in range(len(SOURCE_LENGTHS))]
-               if loop == "single_row" else [batch] * 2)
-    run = {"single_row": decode_single_row, "batched": decode_rows,
-           "static": StaticLoop(graphs=False)}[loop]
-    generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, DecodingOptions(k=4, auto_k=True), generation_args(), None,
-        loop=run)
-    # Fixed iteration costs: which K runs does not depend on the machine's timing.
-    policy, seen = AutoK(4, cost=lambda k, rows: 1.0 + 0.1 * k), []
-    generator.k_policy = policy
-    observe = policy.observe
-    policy.observe = (lambda accepted, k, s, drafted=None:
-                      seen.append((k, accepted, drafted)) or observe(accepted, k, s, drafted))
-    for sample in samples:  # several rows: a greedy batch, then a drafting one
-        reference = [t for t, _ in greedy(model, dictionary, sample)]
-        generator.drafter = OracleDrafter(reference, dictionary.pad())
-        assert_same_tokens([h[0] for h in generator.generate([model], sample)],
-                           greedy(model, dictionary, sample))
-    drafting = [(k, accepted, drafted) for k, accepted, drafted in seen if k > 0]
-    assert drafting and all(accepted == drafted for _, accepted, drafted in drafting)
-    # Some row ended on an EOS drafted before its last slot (the case in question).
-    assert any(d < k for k, _, drafted in drafting for d in drafted)
-    assert policy.acceptance.passed == policy.acceptance.reached

@@ -454,12 +454,3 @@ def test_a_shuffled_stream_rechecks_rarely_for_its_lengths():
     # The count-based re-checks (16, 32, 64, ...: 7 in 2000) and a few for
     # lengths (the longest so far grown 1.5x: at most log_1.5(40) ~ 9).
     assert len(drafted) <= 1 + 7 + 10
-
-
-def test_slots_after_an_accepted_eos_draft_are_not_reached():
-    est = AcceptanceEstimate(slots=4)
-    est.observe([2], 4, drafted=[2])  # the sentence ended on its EOS, drafted at slot 2
-    assert est.reached == [1, 1, 0, 0] and est.passed == [1, 1, 0, 0]
-    est.observe([1], 4)  # slot 2 rejected: slot 3 not reached either
-    assert est.reached == pytest.approx([1.98, 1.98, 0, 0])
-    assert est.passed == pytest.approx([1.98, 0.98, 0, 0])

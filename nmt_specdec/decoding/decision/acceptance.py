@@ -197,9 +197,3 @@ def drafts_before_eos(k: Tensor, num_accepted: Tensor, counts: Tensor,
     accepted = torch.minimum(num_accepted, counts)  # (R,)
     drafted = torch.where(finished, torch.minimum(counts, k), k)  # (R,)
     return drafted, accepted
-
-
-def drafts_before_eos_host(k: int, num_accepted: int, count: int,
-                           finished: bool) -> Tuple[int, int]:
-    """:func:`drafts_before_eos` of one row-iteration as host ints."""
-    return (min(count, k) if finished else k), min(num_accepted, count)

@@ -27,11 +27,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.acceptance import (
-    accept_drafts,
-    commit_tokens,
-    drafts_before_eos,
-)
+from nmt_specdec.decoding.decision.acceptance import accept_drafts, commit_tokens
 from nmt_specdec.decoding.decision.constraints import (
     Constraints,
     constrain_logits_,
@@ -92,18 +88,14 @@ def decode_rows(parts: LoopParts, batch: Batch,
         trace.append(Turn(k, num_accepted, commit.counts, commit.finished))
         turn += 1
         # The one host synchronisation of the iteration: lengths and finished
-        # flags of every row (and, for --spec-k auto, the drafts committed and
-        # proposed, none past an EOS).
+        # flags of every row (and, for --spec-k auto, the drafts committed,
+        # none past an EOS).
         pulled = [rows.lengths, commit.finished.long()]
         if parts.k_policy.wants_counts:
-            drafted, accepted = drafts_before_eos(torch.full_like(commit.counts, k),
-                                                  num_accepted, commit.counts, commit.finished)
-            pulled += [accepted, drafted]
+            pulled.append(commit.counts - 1)
         flags = torch.cat(pulled).tolist()
         lengths, done = flags[:active], flags[active: 2 * active]
-        counted = ((flags[2 * active: 3 * active], flags[3 * active:])
-                   if parts.k_policy.wants_counts else None)
-        end_turn(parts, k, counted, started)
+        end_turn(parts, k, flags[2 * active:], started)
         if any(done):
             kept = [i for i, flag in enumerate(done) if not flag]
             _collect(parts.stats, rows, done, lengths, index, turn, finished)

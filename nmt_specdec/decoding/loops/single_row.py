@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends.base import Verified
-from nmt_specdec.decoding.decision.acceptance import commit_host, drafts_before_eos_host
+from nmt_specdec.decoding.decision.acceptance import commit_host
 from nmt_specdec.decoding.decision.constraints import (
     Constraints,
     constrain_host_,
@@ -80,11 +80,8 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         if batch.k_max:  # the state that predicted the correction: the next draft reads it
             row.states = verified.hidden[:, row.final]
         turns.append(Turn(k, decided.accepted, count, finished))
-        counted = None
-        if parts.k_policy.wants_counts:  # what drafting K bought: nothing past an EOS
-            drafted, accepted = drafts_before_eos_host(k, decided.accepted, count, finished)
-            counted = ([accepted], [drafted])
-        end_turn(parts, k, counted, started)
+        # Drafts committed, none past an EOS: what drafting K bought this sentence.
+        end_turn(parts, k, [count - 1] if parts.k_policy.wants_counts else [], started)
     parts.stats.sentences += 1
     parts.stats.add_tally(*tally_host_turns(turns, batch.k_max))
     return [(torch.tensor(row.committed[1:]),

@@ -87,8 +87,8 @@ class Workspace:
         finished_at: (R,) turns a row took to finish.
         turn: (1,) turns so far.
         tally: (2 K_max + 2,) drafted per slot, accepted per slot, row-turns, tokens.
-        flags: (3R,) what the host reads after a turn: ``done``, and each row's
-            drafts committed and proposed, none past an EOS (0 for a finished row).
+        flags: (2R,) what the host reads after a turn: ``done`` and each row's
+            drafts committed (-1 for a finished row).
         graphs: the captured turns, by K.
     """
 
@@ -110,7 +110,7 @@ class Workspace:
         self.finished_at = torch.zeros(rows, **long)
         self.turn = torch.zeros(1, **long)
         self.tally = torch.zeros(2 * shape.k_max + 2, **long)
-        self.flags = torch.zeros(3 * rows, **long)
+        self.flags = torch.zeros(2 * rows, **long)
         self.slot_ids = torch.arange(max(shape.k_max, 1), device=device)
         self.graphs = TurnGraphs(graphs, pool)
         self.cross = None  # the verifier's encoder keys/values, pinned
@@ -222,11 +222,9 @@ class StaticLoop:
             space.graphs.run(k, lambda: _static_turn(parts, space, k), shape.device)
             turn += 1
             flags = space.flags.tolist()  # the one host read of the turn
-            counted = None
-            if parts.k_policy.wants_counts:
-                accepted, drafted = flags[shape.rows: 2 * shape.rows], flags[2 * shape.rows:]
-                counted = ([accepted[i] for i in active], [drafted[i] for i in active])
-            end_turn(parts, k, counted, started)
+            committed = flags[shape.rows:]
+            end_turn(parts, k, [committed[i] for i in active] if parts.k_policy.wants_counts
+                     else [], started)
             active = [i for i in active if not flags[i]]
         return _collect(parts, space, real)
 
@@ -252,25 +250,23 @@ def _static_turn(parts: LoopParts, space: Workspace, k: int) -> None:
     newly = commit.finished & live
     space.finished_at.copy_(torch.where(newly, space.turn, space.finished_at))
     space.done.logical_or_(newly)
-    drafted, accepted = drafts_before_eos(torch.full_like(counts, k), num_accepted, counts,
-                                          commit.finished)
-    drafted, accepted = drafted * live, accepted * live
     rows_count = space.shape.rows
     space.flags[:rows_count].copy_(space.done)
-    space.flags[rows_count: 2 * rows_count].copy_(accepted)
-    space.flags[2 * rows_count:].copy_(drafted)
-    _tally(space, drafted, accepted, counts, live)
+    space.flags[rows_count:].copy_(counts - 1)
+    _tally(space, k, num_accepted, counts, commit.finished, live)
 
 
-def _tally(space: Workspace, drafted: Tensor, accepted: Tensor, counts: Tensor,
+def _tally(space: Workspace, k: int, num_accepted: Tensor, counts: Tensor, finished: Tensor,
            live: Tensor) -> None:
     """Adds the live rows' turn to the statistics buffer (as :func:`~..stats.tally_turns`:
     only drafts at or before a committed EOS count)."""
     k_max = space.shape.k_max
     if k_max:
+        drafted, accepted = drafts_before_eos(torch.full_like(counts, k), num_accepted, counts,
+                                              finished)
         slots = space.slot_ids
-        space.tally[:k_max].add_((drafted.unsqueeze(1) > slots).sum(0))
-        space.tally[k_max: 2 * k_max].add_((accepted.unsqueeze(1) > slots).sum(0))
+        space.tally[:k_max].add_(((drafted * live).unsqueeze(1) > slots).sum(0))
+        space.tally[k_max: 2 * k_max].add_(((accepted * live).unsqueeze(1) > slots).sum(0))
     space.tally[-2].add_(live.sum())
     space.tally[-1].add_(counts.sum())
 

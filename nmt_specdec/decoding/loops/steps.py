@@ -215,16 +215,13 @@ def _tempered(verified: Verified, temperature: float) -> Verified:
                              bound=bound, decision=None)
 
 
-def end_turn(parts: LoopParts, k: int, counted: Optional[Tuple[List[int], List[int]]],
-             started: float) -> None:
+def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: float) -> None:
     """Counts a turn that drafted ``k`` and tells the K policy what it bought.
 
     Args:
-        counted: per row, drafts committed and slots proposed at or before a
-            committed EOS (:func:`~..decision.acceptance.drafts_before_eos`); None
+        drafts_committed: per row, drafts committed (none past an EOS); empty
             unless ``parts.k_policy.wants_counts``.
         started: ``time.perf_counter()`` at the turn's start.
     """
     parts.stats.k_chosen[k] = parts.stats.k_chosen.get(k, 0) + 1
-    accepted, drafted = counted if counted is not None else ([], None)
-    parts.k_policy.observe(accepted, k, time.perf_counter() - started, drafted)
+    parts.k_policy.observe(drafts_committed, k, time.perf_counter() - started)
