@@ -10,7 +10,9 @@ or large batches on a compute-bound CPU.
 - Acceptance: ``P(n >= i) = prod_{j<=i} c_j`` with ``c_j`` the chance that slot
   j is accepted once slot j-1 was, counted with exponential forgetting (of the
   slots drafted) on a prior at its predecessor's ``c`` (a slot never drafted
-  reads as its predecessor).
+  reads as its predecessor). An accepted EOS draft counts as accepted and the
+  slot after it as rejected: it commits nothing, so a larger K buys nothing
+  there.
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
   fastest of the last few iterations at that K. Every K up to the limit is
   measured before any is compared (four iterations each; the first pays for

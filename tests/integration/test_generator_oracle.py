@@ -203,3 +203,42 @@ def test_stats_fields(toy, batch):
     # Totals keep running over calls of the same generator.
     generator.generate([model], batch)
     assert stats.sentences == 2 * n and stats.iterations == 2 * sum(h["iterations"] for h in hyps)
+
+
+@pytest.mark.parametrize("loop", ["single_row", "batched", "static"])
+def test_auto_k_learns_the_drafts_each_turn_committed(toy, batch, loop):
+    # With the oracle every draft up to the EOS is accepted: a turn of K with R
+    # tokens left commits min(K, R) drafts (the EOS among them when R <= K). The
+    # loops told --spec-k auto one fewer where the EOS was a draft (committed
+    # tokens - 1), a rejection it learned from every sentence's last turn.
+    from nmt_specdec.decoding.k_policy import AutoK
+    from nmt_specdec.decoding.loops import StaticLoop, decode_rows, decode_single_row
+
+    _, model, dictionary = toy
+    samples = ([select_rows(batch, [row]) for row in range(len(SOURCE_LENGTHS))]
+               if loop == "single_row" else [batch] * 2)
+    run = {"single_row": decode_single_row, "batched": decode_rows,
+           "static": StaticLoop(graphs=False)}[loop]
+    generator = SpecDecGenerator.from_generation_args(
+        model, dictionary, DecodingOptions(k=4, auto_k=True), generation_args(), None,
+        loop=run)
+    # Fixed iteration costs: which K runs does not depend on the machine's timing.
+    generator.k_policy = policy = AutoK(4, cost=lambda k, rows: 1.0 + 0.1 * k)
+    observe, seen = policy.observe, []
+    policy.observe = lambda counts, k, s: seen.append((k, counts)) or observe(counts, k, s)
+    expected = []
+    for sample in samples:  # several rows: a greedy batch, then a drafting one
+        reference = [t for t, _ in greedy(model, dictionary, sample)]
+        generator.drafter = OracleDrafter(reference, dictionary.pad())
+        first = len(seen)
+        assert_same_tokens([h[0] for h in generator.generate([model], sample)],
+                           greedy(model, dictionary, sample))
+        left = [len(tokens) for tokens in reference]  # tokens each row has left
+        for k, counts in seen[first:]:
+            active = [row for row, n in enumerate(left) if n > 0]
+            expected.append((k, [min(k, left[row]) for row in active] if counts else []))
+            for row in active:
+                left[row] -= min(k + 1, left[row])
+    assert seen == expected
+    # The case in question happened: a row ended on its EOS drafted before slot K.
+    assert any(0 < n < k for k, counts in seen for n in counts)

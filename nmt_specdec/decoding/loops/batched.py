@@ -92,7 +92,7 @@ def decode_rows(parts: LoopParts, batch: Batch,
         # none past an EOS).
         pulled = [rows.lengths, commit.finished.long()]
         if parts.k_policy.wants_counts:
-            pulled.append(commit.counts - 1)
+            pulled.append(torch.minimum(num_accepted, commit.counts))
         flags = torch.cat(pulled).tolist()
         lengths, done = flags[:active], flags[active: 2 * active]
         end_turn(parts, k, flags[2 * active:], started)

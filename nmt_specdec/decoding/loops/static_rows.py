@@ -88,7 +88,7 @@ class Workspace:
         turn: (1,) turns so far.
         tally: (2 K_max + 2,) drafted per slot, accepted per slot, row-turns, tokens.
         flags: (2R,) what the host reads after a turn: ``done`` and each row's
-            drafts committed (-1 for a finished row).
+            drafts committed (0 for a finished row).
         graphs: the captured turns, by K.
     """
 
@@ -252,7 +252,7 @@ def _static_turn(parts: LoopParts, space: Workspace, k: int) -> None:
     space.done.logical_or_(newly)
     rows_count = space.shape.rows
     space.flags[:rows_count].copy_(space.done)
-    space.flags[rows_count:].copy_(counts - 1)
+    space.flags[rows_count:].copy_(torch.minimum(num_accepted, counts))
     _tally(space, k, num_accepted, counts, commit.finished, live)
 
 

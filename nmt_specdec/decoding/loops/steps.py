@@ -219,8 +219,9 @@ def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: flo
     """Counts a turn that drafted ``k`` and tells the K policy what it bought.
 
     Args:
-        drafts_committed: per row, drafts committed (none past an EOS); empty
-            unless ``parts.k_policy.wants_counts``.
+        drafts_committed: per row, drafts committed, an accepted EOS draft among
+            them, none past it (:func:`~..decision.acceptance.drafts_before_eos`'s
+            accepted); empty unless ``parts.k_policy.wants_counts``.
         started: ``time.perf_counter()`` at the turn's start.
     """
     parts.stats.k_chosen[k] = parts.stats.k_chosen.get(k, 0) + 1
