@@ -22,7 +22,6 @@ each, the checkpoint's draft vocabulary size).
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.runtimes import add_call_arguments, load_checkpoint  # noqa: E402
 from nmt_specdec.errors import UserError  # noqa: E402
 
 
@@ -131,26 +131,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_plugins  # noqa: F401  (the SpecDec model, the safe loader)
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
+    add_call_arguments(p)
     p.add_argument("--draft-head", help="a head file for a stock verifier checkpoint")
-    p.add_argument("--data", required=True, help="directory with the dictionaries")
     p.add_argument("--heads", nargs="*", default=[], help="FFN:REFINE_LAYERS:REFINE_STEPS each")
     p.add_argument("--k", type=int, default=2)
-    p.add_argument("--past", type=int, default=12)
-    p.add_argument("--source", type=int, default=12)
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--calls", type=int, default=40)
-    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    logging.getLogger().setLevel(logging.WARNING)
     try:
-        from fairseq import checkpoint_utils
-
         from nmt_specdec.model.head_file import attach_head_file
 
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [args.checkpoint], arg_overrides={"data": args.data})
-        model = models[0].eval()
+        model, task = load_checkpoint(args.checkpoint, args.data)
         if args.draft_head:
             attach_head_file(model, Path(args.draft_head))
         if not hasattr(model, "draft_head"):

@@ -192,27 +192,39 @@ def format_rows(rows: List[Dict]) -> str:
     return "\n".join(lines)
 
 
+def add_call_arguments(p: argparse.ArgumentParser) -> None:
+    """The checkpoint and the shape of the timed calls (this probe's and
+    ``draft_call_cost.py``'s)."""
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--data", required=True, help="directory with the dictionaries")
+    p.add_argument("--past", type=int, default=12, help="cached target positions")
+    p.add_argument("--source", type=int, default=12, help="source tokens")
+    p.add_argument("--threads", type=int, default=1)
+
+
+def load_checkpoint(checkpoint: str, data: str):
+    """(model in eval mode, task); the root logger back at WARNING (importing
+    fairseq leaves it at DEBUG: inductor's lock chatter)."""
+    from fairseq import checkpoint_utils
+
+    logging.getLogger().setLevel(logging.WARNING)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides={"data": data})
+    return models[0].eval(), task
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_plugins  # noqa: F401  (registers the model; safe loading)
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--data", required=True, help="directory with the dictionaries")
+    add_call_arguments(p)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--ks", type=int, nargs="+", default=[4])
-    p.add_argument("--past", type=int, default=12)
-    p.add_argument("--source", type=int, default=12)
     p.add_argument("--repeats", type=int, default=2000)
-    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    # Importing fairseq leaves the root logger at DEBUG (inductor's lock chatter).
-    logging.getLogger().setLevel(logging.WARNING)
     try:
-        from fairseq import checkpoint_utils
-
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-            [args.checkpoint], arg_overrides={"data": args.data})
-        rows = probe(models[0].eval(), task, args.batch, args.ks, args.past, args.source,
+        model, task = load_checkpoint(args.checkpoint, args.data)
+        rows = probe(model, task, args.batch, args.ks, args.past, args.source,
                      args.repeats, args.threads)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
