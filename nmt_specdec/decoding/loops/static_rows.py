@@ -250,20 +250,20 @@ def _static_turn(parts: LoopParts, space: Workspace, k: int) -> None:
     newly = commit.finished & live
     space.finished_at.copy_(torch.where(newly, space.turn, space.finished_at))
     space.done.logical_or_(newly)
+    drafted, accepted = drafts_before_eos(torch.full_like(counts, k), num_accepted, counts,
+                                          commit.finished)
     rows_count = space.shape.rows
     space.flags[:rows_count].copy_(space.done)
-    space.flags[rows_count:].copy_(torch.minimum(num_accepted, counts))
-    _tally(space, k, num_accepted, counts, commit.finished, live)
+    space.flags[rows_count:].copy_(accepted)  # 0 for a finished row (its counts are 0)
+    _tally(space, drafted, accepted, counts, live)
 
 
-def _tally(space: Workspace, k: int, num_accepted: Tensor, counts: Tensor, finished: Tensor,
+def _tally(space: Workspace, drafted: Tensor, accepted: Tensor, counts: Tensor,
            live: Tensor) -> None:
     """Adds the live rows' turn to the statistics buffer (as :func:`~..stats.tally_turns`:
-    only drafts at or before a committed EOS count)."""
+    only drafts at or before a committed EOS count, from :func:`drafts_before_eos`)."""
     k_max = space.shape.k_max
     if k_max:
-        drafted, accepted = drafts_before_eos(torch.full_like(counts, k), num_accepted, counts,
-                                              finished)
         slots = space.slot_ids
         space.tally[:k_max].add_(((drafted * live).unsqueeze(1) > slots).sum(0))
         space.tally[k_max: 2 * k_max].add_(((accepted * live).unsqueeze(1) > slots).sum(0))
