@@ -3,13 +3,14 @@ verifier checks only the first K slots (a trial; the engine drafts K slots).
 
 A head is trained with ``--k B`` ``[MASK]`` slots after the anchor, and its first
 pass is bidirectional over them: at K < B decoding shows it fewer masks than it
-ever saw. This probe makes the torch draft pass run ``--block`` slots (default:
-the checkpoint's block size) and keep the first K, then prints the same report
+ever saw. This probe makes the torch draft pass run ``--block`` slots (the
+head's training block) and keep the first K, then prints the same report
 as ``benchmarks/head_acceptance.py`` (whose options it takes). The refinement
 is causal, so the slots after K change nothing but the first pass's attention.
 
     python benchmarks/draft_block_trial.py --checkpoint work/base-head-cpu/run-4/model.pt \\
-        --data work/base-head-cpu/run-4/data --split valid --sentences 300 --k 2 3 4 --threads 2
+        --data work/base-head-cpu/run-4/data --split valid --sentences 300 --k 2 3 4 --threads 2 \\
+        --block 6
 """
 from __future__ import annotations
 
@@ -21,41 +22,23 @@ from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.workflows.head_report import main as report_main
 
 
-def draft_over_block(block: Optional[int]) -> None:
-    """Makes :meth:`LeanDraftHead.slot_logits` draft ``block`` slots (None: the
-    verifier's model's ``draft_block_size``) and return the first K."""
+def draft_over_block(block: int) -> None:
+    """Makes :meth:`LeanDraftHead.slot_logits` draft ``block`` slots (at least K)
+    and return the first K."""
     own = LeanDraftHead.slot_logits
 
     def slot_logits(self, states, last_tokens, positions, num_slots):
-        slots = block or getattr(self.head, "trial_block_size", num_slots)
-        return own(self, states, last_tokens, positions, max(num_slots, slots))[:, :num_slots]
+        return own(self, states, last_tokens, positions, max(num_slots, block))[:, :num_slots]
 
     LeanDraftHead.slot_logits = slot_logits
 
 
-def _remember_block_size() -> None:
-    """Stores each loaded model's ``draft_block_size`` on its head, where the
-    patched pass reads it."""
-    from nmt_specdec import checkpoints
-
-    own = checkpoints.load
-
-    def load(*args, **kwargs):
-        model, rest = own(*args, **kwargs)
-        if hasattr(model, "draft_head"):
-            model.draft_head.trial_block_size = model.draft_block_size
-        return model, rest
-
-    checkpoints.load = load
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
-    parser.add_argument("--block", type=int, default=None,
-                        help="slots the first pass drafts (default: the head's training block)")
+    parser.add_argument("--block", type=int, required=True,
+                        help="slots the first pass drafts: the head's training block (--k)")
     known, rest = parser.parse_known_args(argv)
     draft_over_block(known.block)
-    _remember_block_size()
     return report_main(rest)
 
 
