@@ -601,3 +601,23 @@ def test_one_sentence_after_another_takes_over_the_cache_buffers(shipped, backen
                   for i in (0, 1, 0)]
     assert torch.equal(hypotheses[0]["tokens"], hypotheses[2]["tokens"])
     assert torch.equal(hypotheses[0]["positional_scores"], hypotheses[2]["positional_scores"])
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_the_draft_graph_has_4_bit_weights_and_the_verifier_8(backends, int8):
+    """Drafts are proposals: the draft graph's products take DRAFT_BITS-bit
+    weights; with --int8 the verifier's keep 8 bits (its greedy is what beta=1
+    reproduces)."""
+    import onnx
+
+    from nmt_specdec.decoding.backends.onnxruntime.graph_files import DRAFT, VERIFY
+    from nmt_specdec.decoding.backends.onnxruntime.quantize import DRAFT_BITS
+
+    def bits(name):
+        graph = onnx.load(str(backends[int8].directory / name)).graph
+        return {onnx.helper.get_attribute_value(a) for node in graph.node
+                if node.op_type == "MatMulNBits" for a in node.attribute if a.name == "bits"}
+
+    assert DRAFT_BITS == 4 and bits(DRAFT) == {4}
+    # int8: every product of the verifier; fp32: its certified output projection alone.
+    assert bits(VERIFY) == {8}

@@ -43,13 +43,14 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
+from nmt_specdec.decoding.backends.onnxruntime.quantize import DRAFT_BITS, DRAFT_BLOCK
 from nmt_specdec.decoding.passes.draft_pass import refine_steps_of
 from nmt_specdec.errors import UserError
 from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 32  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 33  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
@@ -88,6 +89,7 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                 "weights_sha256": digest, "int8": int8, "int8_draft": int8_draft,
                 "certified": certified, "weight_bits": bits, "pad": pad, "eos": eos,
                 "draft_head": hasattr(model, "draft_head"),
+                "draft_weights": [DRAFT_BITS, DRAFT_BLOCK],
                 # Unrolled into the draft graph, and not a weight.
                 "refine": [refine_steps, shortlist]}
     return variant, identity
@@ -164,10 +166,13 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     if VERIFY_ROWS in files:  # certified: the output projection alone
         quantize_rows(building / VERIFY_ROWS, only_under=None if int8 else APPROX_SCOPE,
                       weight_bits=bits)
+    draft_weights = dict(bits=DRAFT_BITS, block=DRAFT_BLOCK)
     for name in quantized:
-        quantize_graph(building / name)
+        if name == FUSED:  # its draft head as the draft graph's, then the rest
+            quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
+        quantize_graph(building / name, **(draft_weights if name == DRAFT else {}))
     if int8_draft and FUSED in files:  # its draft head as the draft graph's
-        quantize_graph(building / FUSED, only_under="/draft/")
+        quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
     if certified:  # the verifier's output projection alone
         quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
     return files
