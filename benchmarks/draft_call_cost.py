@@ -4,7 +4,8 @@ A draft call reads the head's weights from memory anew each iteration: the
 verify call before it sweeps them out of the caches, so a draft call costs more
 inside the loop than alone. This times the exported ONNX graphs as the engine
 runs them at batch 1 on a CPU (the fp32 verifier with its certified output
-projection, the 8-bit draft graph): a verify call over K+1 positions alone, and
+projection, or with ``--int8`` the 8-bit one; the engine's 4-bit draft graph):
+a verify call over K+1 positions alone, and
 followed by each head's draft call, alternating in rounds; the difference is
 what the head adds to an iteration. Heads other than the checkpoint's have
 random weights: their time only (a head's cost does not depend on its values).
@@ -16,12 +17,14 @@ Example (the base model's verifier and its shipped head, from the repository roo
         --heads 1024:1:2 512:1:2 512:1:1 2048:0:0
 
 ``--heads`` takes FFN:REFINE_LAYERS:REFINE_STEPS per head (one first-pass layer
-each, the checkpoint's draft vocabulary size).
+each, the checkpoint's draft vocabulary size); ``--weights`` BITS:BLOCK adds the
+checkpoint's head with other draft weights (e.g. ``8:64 4:128``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -70,6 +73,33 @@ def export_draft_graphs(model, task, heads: Dict[str, tuple], root: Path) -> Dic
     return out
 
 
+def requantized_drafts(model, task, specs: List[str], root: Path) -> Dict[str, Path]:
+    """The checkpoint's head's draft graph with other weights, BITS:BLOCK each
+    (quantized from its fp32 graph as the engine quantizes its own)."""
+    from nmt_specdec.decoding.backends.onnxruntime import export
+    from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
+
+    dictionary, out = task.target_dictionary, {}
+    fp32 = export.graph_dir(model, dictionary.pad(), dictionary.eos(), False, root=root,
+                            certified=True) / "draft.onnx"
+    for spec in specs:
+        bits, block = (int(value) for value in spec.split(":"))
+        path = root / f"draft-{bits}bit-{block}.onnx"
+        shutil.copy(fp32, path)
+        quantize_graph(path, bits=bits, block=block)
+        out[f"checkpoint's head, {bits}-bit weights in blocks of {block}"] = path
+    return out
+
+
+def verify_graph(model, task, root: Path, int8: bool) -> Path:
+    """The verify graph the engine runs: fp32 with its certified projection, or 8-bit."""
+    from nmt_specdec.decoding.backends.onnxruntime import export
+
+    dictionary = task.target_dictionary
+    return export.graph_dir(model, dictionary.pad(), dictionary.eos(), int8, root=root,
+                            int8_draft=True, certified=True) / "verify.onnx"
+
+
 def session(path: Path, threads: int):
     import onnxruntime as ort
 
@@ -78,18 +108,22 @@ def session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def verify_feeds(model, new: int, past: int, source: int) -> Dict[str, np.ndarray]:
-    """One verify call's inputs: ``new`` positions after ``past`` cached ones."""
+def verify_feeds(model, new: int, past: int, source: int,
+                 same_bits: bool = False) -> Dict[str, np.ndarray]:
+    """One verify call's inputs: ``new`` positions after ``past`` cached ones
+    (``same_bits``: the 8-bit graph's attention layout, which reads ``slot_index``)."""
     from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import example_inputs
 
     heads = model.decoder.layers[0].self_attn.num_heads
     dim = model.decoder.embed_tokens.embedding_dim // heads
     slots, chain = past + new + 4, torch.arange(new)
-    mask, _ = example_inputs(heads, False, torch.tensor([past]), slots,
-                             chain.view(-1, 1) >= chain.view(1, -1))
+    mask, index = example_inputs(heads, same_bits, torch.tensor([past]), slots,
+                                 chain.view(-1, 1) >= chain.view(1, -1))
     feeds = {"tokens": np.full((1, new), 20), "start": np.array([past]),
              "memory_mask": np.ones((1, 1, 1, source), bool), "offsets": np.arange(new),
              "self_mask": mask.numpy()}
+    if same_bits:
+        feeds["slot_index"] = index.numpy()
     rng = np.random.default_rng(0)
     for layer in range(len(model.decoder.layers)):
         for kind, length in (("past", slots), ("cross", source)):
@@ -134,6 +168,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     add_call_arguments(p)
     p.add_argument("--draft-head", help="a head file for a stock verifier checkpoint")
     p.add_argument("--heads", nargs="*", default=[], help="FFN:REFINE_LAYERS:REFINE_STEPS each")
+    p.add_argument("--weights", nargs="*", default=[],
+                   help="BITS:BLOCK each: the checkpoint's head with these draft weights too")
+    p.add_argument("--int8", action="store_true", help="after the 8-bit verify call (--int8)")
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--calls", type=int, default=40)
@@ -150,21 +187,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         heads.update({f"ffn {f}, refine {r}x{s}": (int(f), int(r), int(s))
                       for f, r, s in (spec.split(":") for spec in args.heads)})
         with tempfile.TemporaryDirectory() as root:
-            directories = export_draft_graphs(model, task, heads, Path(root))
-            verify = session(directories["checkpoint's head"] / "verify.onnx", args.threads)
+            paths = {name: directory / "draft.onnx" for name, directory
+                     in export_draft_graphs(model, task, heads, Path(root)).items()}
+            paths.update(requantized_drafts(model, task, args.weights, Path(root)))
+            verify = session(verify_graph(model, task, Path(root), args.int8), args.threads)
             drafts = {"(verify alone)": None}
-            for name, directory in directories.items():
-                draft = session(directory / "draft.onnx", args.threads)
+            for name, path in paths.items():
+                draft = session(path, args.threads)
                 drafts[name] = (draft, draft_feeds(draft, args.k, args.past, args.source))
-            ms = time_pairs(verify, verify_feeds(model, args.k + 1, args.past, args.source),
-                            drafts, args.rounds, args.calls)
-            sizes = {name: (directory / "draft.onnx").stat().st_size / 1e6
-                     for name, directory in directories.items()}
+            feeds = verify_feeds(model, args.k + 1, args.past, args.source, args.int8)
+            ms = time_pairs(verify, feeds, drafts, args.rounds, args.calls)
+            sizes = {name: path.stat().st_size / 1e6 for name, path in paths.items()}
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     alone = ms.pop("(verify alone)")
-    print(f"verify call over {args.k + 1} positions alone: {alone:.3f} ms (median of "
+    print(f"{'8-bit' if args.int8 else 'fp32'} verify call over {args.k + 1} positions alone: "
+          f"{alone:.3f} ms (median of "
           f"{args.rounds} rounds of {args.calls})\n")
     print("| draft head | MB of draft graph | verify + draft ms | the draft call adds |")
     print("|---|---:|---:|---:|")

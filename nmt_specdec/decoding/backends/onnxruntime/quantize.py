@@ -2,12 +2,12 @@
 
 The draft graph is quantized with or without ``--int8`` (without it, beside the
 fp32 verifier, it is the fp32 backend's default): drafts are only proposals, the
-verifier still decides every token, so the draft's weights take the fewest bits
-that keep its acceptance: 4 (:data:`DRAFT_BITS`, blocks of :data:`DRAFT_BLOCK`
-inputs). A draft call reads its weights from memory anew each iteration (the
+verifier still decides every token, so the draft's weights take 4 bits
+(:data:`DRAFT_BITS`, in blocks of :data:`DRAFT_BLOCK` inputs), which keep its
+acceptance. A draft call reads its weights from memory anew each iteration (the
 verify call in between sweeps them out of the caches), so its cost follows
-their bytes: 4 bits instead of 8 make the call after a verify call ~0.3 ms
-cheaper on the base model for the same tokens per iteration (docs/results.md).
+their bytes: 4 bits instead of 8 make that call cheaper for the same tokens
+per iteration (docs/results.md, "The draft graph in 4 bits").
 Copies of one weight (a refinement layer unrolled twice) are shared before
 quantizing, so that one copy is read. The wider block gives a row other bits
 beside other rows (below): that moves only proposals, never a β=1 output.
