@@ -167,12 +167,10 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
         quantize_rows(building / VERIFY_ROWS, only_under=None if int8 else APPROX_SCOPE,
                       weight_bits=bits)
     draft_weights = dict(bits=DRAFT_BITS, block=DRAFT_BLOCK)
-    for name in quantized:
-        if name == FUSED:  # its draft head as the draft graph's, then the rest
-            quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
-        quantize_graph(building / name, **(draft_weights if name == DRAFT else {}))
-    if int8_draft and FUSED in files:  # its draft head as the draft graph's
+    if FUSED in files and (int8 or int8_draft):  # its draft head as the draft graph's
         quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
+    for name in quantized:  # with --int8 the fused graph's other products too
+        quantize_graph(building / name, **(draft_weights if name == DRAFT else {}))
     if certified:  # the verifier's output projection alone
         quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
     return files
