@@ -603,6 +603,17 @@ def test_one_sentence_after_another_takes_over_the_cache_buffers(shipped, backen
     assert torch.equal(hypotheses[0]["positional_scores"], hypotheses[2]["positional_scores"])
 
 
+def test_runtime_workers_do_not_spin_between_calls(backends):
+    """The runtime's worker threads do not spin-wait after a call: the loop's host
+    work and torch's own parallel ops between calls get the cores."""
+    from nmt_specdec.decoding.backends.onnxruntime.graph_session import SPIN_WAIT
+
+    backend = backends[True]
+    for graph in (backend.encoder_session, backend.verifier().session, backend.draft_session):
+        options = graph.session.get_session_options()
+        assert options.get_session_config_entry(SPIN_WAIT) == "0"
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 def test_the_draft_graph_has_4_bit_weights_and_the_verifier_8(backends, int8):
     """Drafts are proposals: the draft graph's products take DRAFT_BITS-bit

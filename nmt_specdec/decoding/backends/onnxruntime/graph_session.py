@@ -22,6 +22,11 @@ DISABLED_FUSIONS = ["MatMulIntegerToFloatFusion", "SkipLayerNormFusion"]
 # A graph quantized with one activation scale per product (quantize.quantize_sentence)
 # is what MatMulIntegerToFloat computes: there the fusion is right.
 PER_TENSOR_DISABLED_FUSIONS = ["SkipLayerNormFusion"]
+# Spin-waiting of the runtime's worker threads after each call, switched off.
+# Between graph calls the host runs the loop's Python and torch's own parallel
+# ops (a cache's zeroing): workers spinning on the cores those need make every
+# such op wait for the scheduler (docs/results.md, "Threads on the CPU").
+SPIN_WAIT = "session.intra_op.allow_spinning"
 _NUMPY = {torch.float32: np.float32, torch.int64: np.int64, torch.bool: np.bool_}
 _EMPTY = torch.zeros(8, dtype=torch.int64)
 _TORCH = {"tensor(float)": torch.float32, "tensor(int64)": torch.int64,
@@ -48,6 +53,7 @@ class GraphSession:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry(SPIN_WAIT, "0")  # (one thread: no workers)
         # The fusion of the encoder's per-row 8-bit products (quantize.quantize_rows)
         # into MatMulIntegerToFloat reads one scale for all rows: wrong results
         # (onnxruntime 1.32, tests/unit/test_quantize_rows.py); unfused they are
