@@ -94,6 +94,29 @@ def attach_head_file(model: nn.Module, path: Path) -> None:
     model.draft_block_size = shape["block_size"]
 
 
+def set_head_refine_steps(path: Path, steps: int, out: Path) -> Dict[str, object]:
+    """Writes the head file at ``path`` to ``out`` with ``steps`` as how often
+    decoding runs its refinement by default (``--spec-refine-steps`` still
+    overrides it): the same weights and fingerprints, another default. Returns
+    the new shape.
+
+    Raises:
+        CheckpointError: not a head file, a head without refinement layers, or
+            ``steps`` < 1 (one line).
+    """
+    content = _read(path)
+    if not content["shape"]["refine_layers"]:
+        raise CheckpointError(f"{path}: this head has no refinement layers")
+    if steps < 1:
+        raise CheckpointError(f"--refine-steps must be >= 1, got {steps}")
+    content["shape"] = dict(content["shape"], refine_steps=steps)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".tmp")
+    torch.save(content, partial)
+    partial.replace(out)
+    return content["shape"]
+
+
 def head_file_weights(model: nn.Module, path: Path, flag: str
                       ) -> Optional[Dict[str, torch.Tensor]]:
     """The head weights (half precision) of the head file at ``path``, for a warm

@@ -66,13 +66,15 @@ def _decode_all(generator, model, dataset, count: int, batch_size: int) -> List[
 
 def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
                       sentences: int, threads: int, batch_size: int = 32,
-                      refine_steps: Optional[int] = None) -> Dict:
+                      refine_steps: Optional[int] = None,
+                      draft_head: Optional[Path] = None) -> Dict:
     """Decodes the first ``sentences`` of ``split`` with beta=1 for each K in ``ks``.
 
     The reference is fairseq's own greedy search (``SequenceGenerator``, beam 1,
     same length rules and batches), not the engine's K=0: agreement with it is
     what beta=1 promises. ``refine_steps`` overrides the checkpoint's number of
-    refinement runs (a head without refinement layers ignores it).
+    refinement runs (a head without refinement layers ignores it). ``draft_head``:
+    a head file attached to ``checkpoint``, a stock verifier.
 
     Returns:
         ``{"split", "sentences", "reference", "rows": [{"k", "tokens_per_iteration",
@@ -91,6 +93,10 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     checkpoints.register_plugin()
     model, task = checkpoints.load(str(checkpoint), {"data": str(data)})
     model = model.eval()
+    if draft_head is not None:
+        from nmt_specdec.model.head_file import attach_head_file
+
+        attach_head_file(model, draft_head)
     head = model.draft_head
     task.load_dataset(split)
     dataset = task.dataset(split)
@@ -172,7 +178,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     parser = OneLineParser(description=main.__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, nargs="+", required=True,
-                        help="one or more heads on the same verifier")
+                        help="one or more heads on the same verifier (joint checkpoints, "
+                        "or with --draft-head the stock verifier)")
+    parser.add_argument("--draft-head", type=Path, default=None,
+                        help="a head file to attach to the --checkpoint verifier")
     parser.add_argument("--data", type=Path, required=True, help="binarized data directory")
     parser.add_argument("--split", default="valid")
     parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 3, 4])
@@ -193,7 +202,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for path in args.checkpoint:
             for steps in args.refine_steps:
                 report = acceptance_report(path, args.data, args.split, args.k,
-                                           args.sentences, args.threads, refine_steps=steps)
+                                           args.sentences, args.threads, refine_steps=steps,
+                                           draft_head=args.draft_head)
                 report["checkpoint"] = str(path)
                 print(f"{path}\n{format_report(report)}", flush=True)
                 reports.append(report)

@@ -265,3 +265,18 @@ def test_the_acceptance_report_runs_the_refinement_as_often_as_asked(added) -> N
                                    threads=1, refine_steps=steps)
         assert report["refine_steps"] == steps
         assert [row["same_as_greedy"] for row in report["rows"]] == [8, 8]
+
+
+def test_the_acceptance_report_reads_a_head_file_on_its_stock_verifier(added) -> None:
+    """``benchmarks/head_acceptance.py --checkpoint VERIFIER --draft-head HEAD``: the
+    head file drafts on the stock checkpoint it was trained on, at its own
+    refinement count, with beta=1 equal to fairseq's greedy."""
+    from nmt_specdec.workflows.head_report import acceptance_report
+
+    cfg, _ = added
+    head = torch.load(cfg.out / "head.pt", map_location="cpu", weights_only=True)
+    report = acceptance_report(cfg.checkpoint, cfg.out / "data", "valid", [3], 8, threads=1,
+                               draft_head=cfg.out / "head.pt")
+    assert report["refine_steps"] == head["shape"]["refine_steps"]
+    assert [row["same_as_greedy"] for row in report["rows"]] == [8, 8]
+    assert len(report["rows"][1]["slot_acceptance"]) == 3

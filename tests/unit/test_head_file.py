@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from nmt_specdec.errors import CheckpointError
-from nmt_specdec.model.head_file import attach_head_file, verifier_fingerprints, write_head_file
+from nmt_specdec.model.head_file import (
+    attach_head_file,
+    set_head_refine_steps,
+    verifier_fingerprints,
+    write_head_file,
+)
 from tests.helpers.specdec_toy import (
     random_fairseq_model,
     random_specdec_model,
@@ -108,3 +113,30 @@ def test_every_unusable_file_is_one_line(joint, tmp_path, breakage):
         attach_head_file(target, path)
     assert "\n" not in str(error.value) and "--draft-head" in str(error.value)
     assert breakage == "already has a head" or not hasattr(target, "draft_head")
+
+
+def test_a_head_files_default_refinement_count_is_rewritten_alone(joint, tmp_path):
+    """scripts/set_head_refine_steps.py: the same weights and verifier, another
+    default number of refinement runs; a head without refinement layers, or
+    fewer than one run, is refused in one line."""
+    import scripts.set_head_refine_steps as script
+
+    task, model = random_specdec_model(tmp_path, extra_args=(
+        "--share-all-embeddings", "--draft-refine-layers", "1", "--draft-refine-steps", "2"))
+    path = write_head_file(model, tmp_path / "head.pt")
+    assert script.main([str(path), "1", "--out", str(tmp_path / "once.pt")]) == 0
+    before = torch.load(path, weights_only=True)
+    after = torch.load(tmp_path / "once.pt", weights_only=True)
+    assert (before["shape"]["refine_steps"], after["shape"]["refine_steps"]) == (2, 1)
+    assert after["verifier"] == before["verifier"]
+    assert all(torch.equal(after["weights"][name], weight)
+               for name, weight in before["weights"].items())
+    stock = _stock(tmp_path, model)
+    attach_head_file(stock, tmp_path / "once.pt")
+    assert stock.draft_head.refine_steps == 1
+    plain = write_head_file(joint[1], tmp_path / "plain.pt")
+    for head, steps in ((plain, "1"), (path, "0")):
+        with pytest.raises(CheckpointError) as error:
+            set_head_refine_steps(head, int(steps), tmp_path / "x.pt")
+        assert "\n" not in str(error.value)
+        assert script.main([str(head), steps]) == 1
