@@ -121,7 +121,7 @@ def test_a_head_files_default_refinement_count_is_rewritten_alone(joint, tmp_pat
     fewer than one run, is refused in one line."""
     import scripts.set_head_refine_steps as script
 
-    task, model = random_specdec_model(tmp_path, extra_args=(
+    _, model = random_specdec_model(tmp_path, extra_args=(
         "--share-all-embeddings", "--draft-refine-layers", "1", "--draft-refine-steps", "2"))
     path = write_head_file(model, tmp_path / "head.pt")
     assert script.main([str(path), "1", "--out", str(tmp_path / "once.pt")]) == 0
