@@ -61,12 +61,17 @@ def write_head_file(model: nn.Module, path: Path) -> Path:
     weights = {name: (tensor.detach().cpu().half() if tensor.is_floating_point()
                       else tensor.detach().cpu())
                for name, tensor in model.draft_head.state_dict().items()}
+    _save({MARKER: FORMAT, "verifier": verifier_fingerprints(model),
+           "shape": head_shape(model), "weights": weights}, path)
+    return path
+
+
+def _save(content: Dict, path: Path) -> None:
+    """Writes a head file's ``content`` to ``path`` atomically (a whole file or none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".tmp")
-    torch.save({MARKER: FORMAT, "verifier": verifier_fingerprints(model),
-                "shape": head_shape(model), "weights": weights}, partial)
+    torch.save(content, partial)
     partial.replace(path)
-    return path
 
 
 def attach_head_file(model: nn.Module, path: Path) -> None:
@@ -110,10 +115,7 @@ def set_head_refine_steps(path: Path, steps: int, out: Path) -> Dict[str, object
     if steps < 1:
         raise CheckpointError(f"--refine-steps must be >= 1, got {steps}")
     content["shape"] = dict(content["shape"], refine_steps=steps)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".tmp")
-    torch.save(content, partial)
-    partial.replace(out)
+    _save(content, out)
     return content["shape"]
 
 
