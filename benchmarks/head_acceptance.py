@@ -5,7 +5,11 @@ The measurement is :func:`nmt_specdec.workflows.head_report.main` (the same repo
 """
 import sys
 
-from nmt_specdec.workflows.head_report import main
+from nmt_specdec import logs
+
+logs.setup()  # before fairseq is imported: it logs INFO lines as it loads
+
+from nmt_specdec.workflows.head_report import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,6 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from nmt_specdec import logs  # noqa: E402
+
+logs.setup()  # before fairseq is imported: it logs INFO lines as it loads
+
 from nmt_specdec.errors import UserError  # noqa: E402
 from nmt_specdec.hashing import file_sha256  # noqa: E402
 from nmt_specdec.model.head_file import set_head_refine_steps  # noqa: E402
