@@ -11,6 +11,8 @@ fairseq's ``load_model_ensemble_and_task``. Around that call this module owns:
   (:mod:`nmt_specdec.load_errors` words them);
 * **the plugin**: :func:`register_plugin` imports a ``--user-dir`` exactly as
   fairseq's CLIs do, by default this project's plugin (:func:`plugin_dir`);
+* **shards**: a checkpoint shipped in shards is joined on first use
+  (:func:`nmt_specdec.model_shards.materialize`) before fairseq opens it;
 * **the task**: :func:`specdec_task_for` gives a stock ``translation`` task as
   ``translation_specdec``, so that a stock transformer decodes with the engine.
 
@@ -38,6 +40,7 @@ import torch
 from nmt_specdec.checkpoint_safety import MapLocation, load_checkpoint
 from nmt_specdec.errors import CheckpointError, UserError
 from nmt_specdec.load_errors import foreign_checkpoint, state_dict_mismatch
+from nmt_specdec.model_shards import materialize
 
 PLUGIN_PACKAGE = "fairseq_plugins"
 SPECDEC_TASK = "translation_specdec"
@@ -208,6 +211,7 @@ def _readable(original: Callable[..., Any]) -> Callable[..., Any]:
     def load_checkpoint_to_cpu(path: str, arg_overrides: Any = None,
                                load_on_all_ranks: bool = False) -> Any:
         try:
+            materialize(path)
             return original(path, arg_overrides, load_on_all_ranks)
         except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from exc
@@ -226,11 +230,14 @@ def _explained(original: Callable[..., Any],
     missing file as ``OSError("Model file not found")``, and a PyTorch file that
     is no fairseq checkpoint, or of an unregistered architecture, as a
     ``KeyError``/``IndexError`` deep inside fairseq. ``paths(args, kwargs)``:
-    the checkpoints the call loads.
+    the checkpoints the call loads, each joined from its shards first where it
+    is shipped so.
     """
 
     @functools.wraps(original)
     def loader(*args: Any, **kwargs: Any) -> Any:
+        for path in paths(args, kwargs):
+            materialize(path)
         try:
             return original(*args, **kwargs)
         except CheckpointError:

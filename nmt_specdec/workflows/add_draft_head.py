@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List
 
-from nmt_specdec import logs
+from nmt_specdec import logs, model_shards
 from nmt_specdec.workflows import distill, train_recipe
 from nmt_specdec.data.steps import (
     LOG,
@@ -115,7 +115,7 @@ class AddHeadConfig:
     precision: str = "auto"
 
     def validate(self) -> None:
-        if not self.checkpoint.is_file():
+        if not model_shards.materialize(self.checkpoint).is_file():
             raise RecipeError(f"--checkpoint {self.checkpoint} does not exist")
         if not self.data.is_dir():
             raise RecipeError(f"--data {self.data} is not a directory")

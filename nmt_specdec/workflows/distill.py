@@ -33,6 +33,7 @@ from nmt_specdec.data.steps import (
     atomic_text,
     run_command,
 )
+from nmt_specdec.model_shards import materialize
 
 # (B,) token-id lists in, one hypothesis (ids, EOS excluded) per sentence out.
 Translate = Callable[[list[list[int]]], list[list[int]]]
@@ -81,7 +82,7 @@ class DistillConfig:
         """Raise RecipeError naming the first bad option."""
         if not self.data.is_dir():
             raise RecipeError(f"--data {self.data} is not a directory")
-        if not self.checkpoint.is_file():
+        if not materialize(self.checkpoint).is_file():
             raise RecipeError(f"--checkpoint {self.checkpoint} does not exist")
         for flag, value in (("--beam", self.beam), ("--max-tokens", self.max_tokens),
                             ("--batch-size", self.batch_size),
