@@ -49,7 +49,22 @@ def portable_config(cfg: Any) -> Any:
         for (group, key), default in _LOCAL_PATHS.items():
             if isinstance(cfg.get(group), dict) and key in cfg[group]:
                 cfg[group][key] = default
+        _drop_local_paths(cfg.get("model"))
     return cfg
+
+
+def _drop_local_paths(model: Any) -> None:
+    """A legacy (flat) model config copies every option, the paths too: as items,
+    and in a stock verifier's converter view also as attributes
+    (:func:`nmt_specdec.export.verifier_state`)."""
+    if not isinstance(model, dict):
+        return
+    attributes = getattr(model, "__dict__", {})
+    for (_, key), default in _LOCAL_PATHS.items():
+        if key in model:
+            model[key] = default
+        if key in attributes:
+            attributes[key] = default
 
 
 def compact_state(state: Dict[str, Any], dtype: torch.dtype = torch.float16) -> Dict[str, Any]:
