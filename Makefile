@@ -42,10 +42,11 @@ $(STAMP): pyproject.toml
 test: setup
 	$(VPY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
 
-# Decode the gettext test set with the shipped model (models/gettext-de-en-tiny, the default of
-# scripts/quickstart.py).
+# Decode the gettext test set with a shipped model: MODEL=base (the default,
+# models/gettext-de-en-base, Transformer-base) or MODEL=tiny (models/gettext-de-en-tiny).
+MODEL ?= base
 quickstart: setup
-	$(VPY) scripts/quickstart.py
+	$(VPY) scripts/quickstart.py --model $(MODEL)
 
 # Train a tiny joint model from scratch on the CPU instead (minutes; it will not translate well).
 quickstart-train: setup

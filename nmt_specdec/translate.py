@@ -41,8 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
 
-from nmt_specdec import checkpoints
-from nmt_specdec import logs
+from nmt_specdec import checkpoints, logs, shipped_models
 from nmt_specdec.arguments import HelpFormatter
 from nmt_specdec.decoding.options import DecodingOptions, add_flags, flag_names
 from nmt_specdec.errors import UserError
@@ -339,15 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"lines; {INVALID_BYTES_HELP}; {LONG_LINE_HELP}.",
     )
     add = parser.add_argument
-    add(
-        "--checkpoint", "--path", required=True, metavar="PT", help="fairseq checkpoint"
-    )
-    add(
-        "--spm-model",
-        required=True,
-        metavar="MODEL",
-        help="SentencePiece model the training data was encoded with",
-    )
+    add("--checkpoint", "--path", metavar="PT", help="fairseq checkpoint (default: the shipped "
+        "Transformer-base model, models/gettext-de-en-base/model.pt, with its draft head)")
+    add("--spm-model", metavar="MODEL", help="SentencePiece model the training data was encoded "
+        "with (default: spm.model in the checkpoint's directory)")
     add(
         "--input",
         "-i",
@@ -383,6 +377,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     logs.setup(args.verbose)  # before fairseq's import configures logging
     try:
         checkpoints.register_plugin(args.user_dir)
+        if args.checkpoint is None:  # the shipped base model, drafting with its own head
+            shipped = shipped_models.ShippedModel.at()
+            args.checkpoint = str(shipped.checkpoint)
+            if args.spec_decoding and args.spec_drafter == "head" and not args.draft_head:
+                args.draft_head = str(shipped.draft_head)
+        args.spm_model = args.spm_model or shipped_models.spm_beside(args.checkpoint)
         decoding = DecodingOptions.from_flags(args)
         skip = {"user_dir", "verbose", *flag_names()}
         values = {k: v for k, v in vars(args).items() if k not in skip}

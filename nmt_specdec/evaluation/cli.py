@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import sys
@@ -174,6 +175,9 @@ def _add_grid_args(group) -> None:
     add("--grid-refine-steps", type=int, nargs="+", default=[], help=_grid_help(
         "times the draft head's refinement runs, for K > 0 (default: the head's own "
         "setting); several compare them in one run", "refine_steps"))
+    add("--relaxed-rows", choices=("all", "one"), default="all", help=(
+        "all: the relaxed rows (beta > 1) at every K, auto, backend and precision; one: at "
+        "the first K > 0 on the first backend in fp32 only"))
     add("--drafters", nargs="+", choices=DRAFTERS, default=["head"], help=_grid_help(
         "who drafts the rows with K > 0: the head's rows always run, and verifier-int8 adds "
         "each onnxruntime fp32 chain row drafted by the verifier's 8-bit copy", "drafter"))
@@ -258,6 +262,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     from nmt_specdec.evaluation.report import markdown_table
 
+    if args.repeats < 5:  # a choice the quickstart makes knowingly, a user is told
+        logging.getLogger("nmt_specdec.evaluation").warning(
+            "--repeats %d: medians of fewer than 5 passes are noisy", args.repeats)
     try:
         checkpoints.register_plugin(args.user_dir)
         results = run(config_from_args(args, argv))

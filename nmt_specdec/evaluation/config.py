@@ -10,6 +10,7 @@ from typing import List, Optional, Tuple
 from nmt_specdec.decoding.backends import CPU_BACKEND, DEFAULT_BACKEND, check_backend
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.errors import UserError
+from nmt_specdec.model_shards import materialize
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class EvalConfig:
         grid_candidates: drafts verified per slot (``--spec-candidates``) for K > 0.
         grid_refine_steps: the draft head's refinement runs (``--spec-refine-steps``)
             for K > 0 (empty: the head's own setting alone).
+        relaxed_rows: ``all``: the relaxed rows (beta > 1) at every K, auto,
+            backend and precision, as the beta=1 rows; ``one``: at the first fixed
+            K > 0 on the first backend in fp32 only (one row per beta and tau).
         stock_only: time only the stock generator (any fairseq checkpoint).
         backends: SpecDec backends; every SpecDec row runs on each.
         int8: also run the SpecDec rows of ``onnxruntime`` with ``--int8``.
@@ -97,6 +101,7 @@ class EvalConfig:
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
     grid_candidates: Tuple[int, ...] = (1,)
     grid_refine_steps: Tuple[int, ...] = ()
+    relaxed_rows: str = "all"
     stock_only: bool = False
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
     int8: bool = False
@@ -259,10 +264,22 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                     specs += [_with(spec, backend=backend, drafter="verifier-int8")
                               for spec in grid if spec.k and spec.candidates == 1]
     specs += _half_precision_specs(cfg, grid)
+    if cfg.relaxed_rows == "one":
+        specs = [spec for spec in specs if _kept_relaxed(spec, cfg)]
     if cfg.graphs_off:
         specs += [_with(spec, cuda_graphs="off") for spec in specs
                   if spec.kind == "specdec" and spec.backend == "torch"]
     return specs
+
+
+def _kept_relaxed(spec: DecoderSpec, cfg: EvalConfig) -> bool:
+    """``--relaxed-rows one``: a relaxed row is kept at the first fixed K > 0, on
+    the first backend, fp32 (not int8, not fused); every other row is kept."""
+    if spec.kind != "specdec" or spec.beta == 1:
+        return True
+    first_k = next((k for k in cfg.grid_k if k > 0), spec.k)
+    return (spec.k == first_k and not spec.auto and spec.backend == cfg.backends[0]
+            and not spec.int8 and not spec.fused_draft and spec.dtype == "float32")
 
 
 def _half_precision_specs(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:
@@ -322,6 +339,8 @@ def validate(cfg: EvalConfig) -> None:
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)
+    if cfg.relaxed_rows not in ("all", "one"):
+        raise UserError(f"--relaxed-rows must be all or one, got {cfg.relaxed_rows}")
     _check_positive("--grid-candidates", cfg.grid_candidates)
     if any(steps < 0 for steps in cfg.grid_refine_steps):
         raise UserError(f"--grid-refine-steps values must be >= 0, got "
@@ -341,7 +360,7 @@ def validate(cfg: EvalConfig) -> None:
 
 
 def _check_input_options(cfg: EvalConfig) -> None:
-    if not os.path.isfile(cfg.checkpoint):
+    if not materialize(cfg.checkpoint).is_file():
         raise UserError(f"--checkpoint: no such file {cfg.checkpoint}")
     for flag, path in (
         ("--src-file", cfg.src_file),

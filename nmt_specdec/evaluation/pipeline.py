@@ -56,10 +56,6 @@ def run(cfg: EvalConfig) -> dict:
     """
     validate(cfg)
     make_out_dir(cfg.out)  # before decoding: a bad --out must not cost a whole run
-    if cfg.repeats < 5:
-        logger.warning(
-            "--repeats %d: medians of fewer than 5 passes are noisy", cfg.repeats
-        )
     device = setup_runtime(cfg)
     # Rows are labelled by the backend that ran them: resolve `auto` for this device.
     cfg = dataclasses.replace(cfg, backends=tuple(dict.fromkeys(

@@ -1,12 +1,14 @@
 """Quickstart: decode a test set with a shipped model, or (``--train``) train one.
 
-By default the quickstart decodes the first 200 sentences of the gettext test
-split with the pretrained model shipped in ``models/gettext-de-en-tiny`` (a model
-shipped by ``scripts/ship_model.py --corpus ding`` decodes the Ding test split):
-fairseq's greedy and beam 5, this project's greedy and SpecDec rows and
-CTranslate2's, timed at batch size 1; then a few example translations, and
-``results/quickstart/report.md`` with ``bleu_vs_speedup.png``. Nothing is
-trained and only the held-out data is downloaded
+By default the quickstart decodes the first gettext test sentences with the
+Transformer-base model shipped in ``models/gettext-de-en-base`` (``--model
+tiny``: the small ``models/gettext-de-en-tiny``; a model shipped by
+``scripts/ship_model.py --corpus ding`` decodes the Ding test split): fairseq's
+greedy, CTranslate2's, this project's greedy and SpecDec rows as the model's
+``settings.json`` plans them, timed at batch size 1; then a few example
+translations, and ``results/quickstart/report.md`` (another model:
+``results/quickstart-<its directory name>``) with ``bleu_vs_speedup.png``.
+Nothing is trained and only the held-out data is downloaded
 (:mod:`nmt_specdec.workflows.quickstart_pretrained`; its steps are stamped under
 ``{work}/quickstart_pretrained/.stamps`` and reused on a rerun).
 
@@ -43,7 +45,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nmt_specdec import logs
+from nmt_specdec import logs, shipped_models
 from nmt_specdec.data.steps import (
     OneLineParser,
     RecipeError,
@@ -68,15 +70,18 @@ class QuickstartConfig:
             corpus's recipe in ``CORPORA``).
         train_minutes: Training wall-clock budget.
         threads: CPU threads for training and decoding.
-        eval_sentences: Decode the first N test sentences.
-        relaxed_beta: top-beta of the relaxed SpecDec row.
-        relaxed_tau: log-probability margin of the relaxed SpecDec row.
+        eval_sentences: Decode the first N test sentences (None: as the shipped
+            model's settings.json plans, else 200).
+        relaxed_beta: top-beta of the relaxed SpecDec row (None: as planned).
+        relaxed_tau: log-probability margin of the relaxed SpecDec row (None:
+            as planned).
         ding_file: Optional local Ding ``de-en`` file (else found/downloaded).
-        repeats: Timed passes per decoder (the median is reported).
+        repeats: Timed passes per decoder, the median reported (None: as planned).
         corpus: ``ding`` or ``gettext``.
         deb_dir: gettext only: read .deb/.mo files from here, not apt-get.
         train: train a model from scratch instead of using the shipped one.
-        model: the shipped model directory decoded without ``--train``.
+        model: the shipped model decoded without ``--train``: a directory, or
+            ``base`` / ``tiny``.
     """
 
     work: Path = REPO_ROOT / "work"
@@ -84,19 +89,19 @@ class QuickstartConfig:
     recipe: Path | None = None
     train_minutes: float = 7.0
     threads: int = 2
-    eval_sentences: int = 200
-    relaxed_beta: int = 3
-    relaxed_tau: float = 2.0
+    eval_sentences: int | None = None
+    relaxed_beta: int | None = None
+    relaxed_tau: float | None = None
     ding_file: Path | None = None
-    repeats: int = 5
+    repeats: int | None = None
     corpus: str = "ding"
     deb_dir: Path | None = None
     train: bool = False
-    model: Path = quickstart_pretrained.MODEL_DIR
+    model: Path = shipped_models.DEFAULT
 
     def model_dir(self) -> Path:
         """The shipped model to decode with (a directory with settings.json)."""
-        return self.model
+        return shipped_models.model_directory(self.model)
 
     @property
     def suffix(self) -> str:
@@ -106,8 +111,13 @@ class QuickstartConfig:
         return "_train" if self.corpus == "ding" else f"_{self.corpus}"
 
     def report_dir(self) -> Path:
-        """``out``, or the corpus's default report directory."""
-        return self.out or REPO_ROOT / "results" / f"quickstart{self.suffix}"
+        """``out``, or the default report directory of the corpus (``--train``) or
+        of the shipped model (the default model's: ``results/quickstart``)."""
+        if self.out:
+            return self.out
+        if not self.train and self.model_dir().resolve() != shipped_models.DEFAULT.resolve():
+            return REPO_ROOT / "results" / f"quickstart-{self.model_dir().resolve().name}"
+        return REPO_ROOT / "results" / f"quickstart{self.suffix}"
 
     def training_recipe(self) -> Path:
         """``recipe``, or the corpus's default Hydra recipe."""
@@ -117,9 +127,11 @@ class QuickstartConfig:
         """Raise RecipeError naming the first impossible option."""
         if self.train_minutes <= 0:
             raise RecipeError("--train-minutes must be > 0")
-        if self.threads < 1 or self.eval_sentences < 1 or self.repeats < 1:
+        if self.threads < 1 or any(value is not None and value < 1 for value in
+                                   (self.eval_sentences, self.repeats)):
             raise RecipeError("--threads, --eval-sentences and --repeats must be >= 1")
-        if self.relaxed_beta < 1 or self.relaxed_tau < 0:
+        if (self.relaxed_beta is not None and self.relaxed_beta < 1) or (
+                self.relaxed_tau is not None and self.relaxed_tau < 0):
             raise RecipeError("--relaxed-beta must be >= 1 and --relaxed-tau >= 0")
         if self.corpus not in CORPORA:
             raise RecipeError(f"--corpus must be one of {', '.join(CORPORA)}")
@@ -128,7 +140,7 @@ class QuickstartConfig:
         if self.train and self.deb_dir is not None and self.corpus != "gettext":
             raise RecipeError("--deb-dir needs --corpus gettext")
         if not self.train:
-            quickstart_pretrained.model_settings(self.model)  # exists and readable
+            shipped_models.ShippedModel.at(self.model_dir())  # exists and readable
         if not self.training_recipe().is_file():
             raise RecipeError(f"--recipe {self.training_recipe()} does not exist")
 
@@ -142,8 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train a tiny model from scratch (minutes of CPU: it will not "
                    "translate well) instead of decoding with the shipped model")
     p.add_argument("--model", type=Path, default=d.model,
-                   help="shipped model directory to decode with (default "
-                   "models/gettext-de-en-tiny)")
+                   help="shipped model to decode with: base (the default, "
+                   "models/gettext-de-en-base), tiny (models/gettext-de-en-tiny) or a "
+                   "model directory")
     p.add_argument("--corpus", choices=list(CORPORA), default=d.corpus,
                    help="training data: the Ding dictionary or Debian's gettext "
                    "catalogs (default %(default)s)")
@@ -155,10 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "conf/cpu_tiny_gettext.yaml for --corpus gettext)")
     p.add_argument("--train-minutes", type=float, default=d.train_minutes)
     p.add_argument("--threads", type=int, default=d.threads)
-    p.add_argument("--eval-sentences", type=int, default=d.eval_sentences)
-    p.add_argument("--relaxed-beta", type=int, default=d.relaxed_beta)
-    p.add_argument("--relaxed-tau", type=float, default=d.relaxed_tau)
-    p.add_argument("--repeats", type=int, default=d.repeats)
+    p.add_argument("--eval-sentences", type=int, default=d.eval_sentences,
+                   help="decode the first N test sentences (default: as the model plans)")
+    p.add_argument("--relaxed-beta", type=int, default=d.relaxed_beta,
+                   help="top-beta of the relaxed row (default: as the model plans)")
+    p.add_argument("--relaxed-tau", type=float, default=d.relaxed_tau,
+                   help="margin of the relaxed row (default: as the model plans)")
+    p.add_argument("--repeats", type=int, default=d.repeats,
+                   help="timed passes per decoder (default: as the model plans)")
     p.add_argument("--ding-file", type=Path, default=None,
                    help="local Ding de-en file (default: installed or downloaded)")
     p.add_argument("--deb-dir", type=Path, default=None,

@@ -1,19 +1,24 @@
 """The default quickstart: decode a test split with a shipped model.
 
 No CPU trains a translating model in minutes, so ``make quickstart`` uses a
-model shipped under ``models/`` (default ``gettext-de-en-tiny``; its card says
-how it was made) and only prepares what decoding needs: the test split of the
-model's corpus as plain text, no SentencePiece training, no binarization.
-For the gettext model that means downloading only the held-out packages named
-in its ``settings.json`` (valid and test: the test split is deduplicated
-against valid, so both are needed to rebuild it line for line). Steps, stamped
-under ``{work}/quickstart_pretrained/.stamps``:
+model shipped under ``models/`` (default the Transformer-base
+``gettext-de-en-base``; each card says how its model was made) and only
+prepares what decoding needs: the test split of the model's corpus as plain
+text, no SentencePiece training, no binarization. For a gettext model that
+means downloading only the held-out packages named in its ``settings.json``
+(valid and test: the test split is deduplicated against valid, so both are
+needed to rebuild it line for line). Steps, stamped under
+``{work}/quickstart_pretrained/.stamps``:
 
 1. ``data``: the corpus recipe up to its ``raw`` split;
 2. ``eval``: :func:`nmt_specdec.evaluation.pipeline.run` on the first test
-   sentences at batch size 1: stock greedy, stock beam 5, the engine's greedy
-   (K=0), SpecDec beta=1 (exactly greedy) and a relaxed SpecDec row;
-3. a few example translations, then ``report.md`` and the plot.
+   sentences at batch size 1, with the rows the model's ``settings.json``
+   plans (its ``quickstart`` entry): stock greedy (and beams), CTranslate2,
+   the engine's greedy (K=0), SpecDec beta=1 (exactly greedy) at the model's K
+   and ``auto``, fp32 and int8 where planned, and a relaxed SpecDec row;
+3. a few example translations, then ``report.md`` (its first sentence: what
+   drafting gained or lost against the engine's greedy, per precision) and
+   the plot.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from pathlib import Path
 from typing import Dict, List
 
 from nmt_specdec.data import ding_recipe, gettext_recipe
-from nmt_specdec.data.steps import LOG, RecipeError, StepChain, atomic_text
-from nmt_specdec.workflows.quickstart_report import evaluate, results_table, shown
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = "gettext-de-en-tiny"
-MODEL_DIR = REPO_ROOT / "models" / DEFAULT_MODEL
+from nmt_specdec.data.steps import LOG, StepChain, atomic_text
+from nmt_specdec.shipped_models import DEFAULT as MODEL_DIR, ShippedModel
+from nmt_specdec.workflows.quickstart_report import (
+    drafting_summary,
+    evaluate,
+    results_table,
+    shown,
+)
 # Written for this project (not taken from any corpus): sentences whose
 # translations should contain the listed words (case-insensitive).
 EXAMPLES = {
@@ -53,22 +60,14 @@ EXAMPLES = {
 }
 
 
-def model_settings(model_dir: Path = MODEL_DIR) -> Dict:
-    """The shipped model's decoding settings (``settings.json`` beside it)."""
-    path = model_dir / "settings.json"
-    if not path.is_file():
-        raise RecipeError(f"{path} is missing: is models/ shipped with this checkout?")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def examples_for(model_dir: Path = MODEL_DIR):
     """The example sentences written for the model's corpus."""
-    return EXAMPLES[model_settings(model_dir).get("corpus", "ding")]
+    return EXAMPLES[ShippedModel.at(model_dir).settings.get("corpus", "ding")]
 
 
 def prepare_test_split(cfg, model_dir: Path) -> tuple[Path, Dict[str, str]]:
     """The raw test split of the model's corpus; returns (raw dir, step status)."""
-    settings = model_settings(model_dir)
+    settings = ShippedModel.at(model_dir).settings
     if settings.get("corpus") == "gettext":
         heldout = settings["gettext_heldout"]
         out = cfg.work / "gettext-heldout"
@@ -84,18 +83,28 @@ def prepare_test_split(cfg, model_dir: Path) -> tuple[Path, Dict[str, str]]:
 
 
 def eval_config(cfg, model_dir: Path, raw_dir: Path):
+    """The evaluation the model's ``settings.json`` plans (its ``quickstart``
+    entry), each planned value overridden by the flag of the same name."""
     from nmt_specdec.evaluation.config import EvalConfig
 
-    settings = model_settings(model_dir)
+    model = ShippedModel.at(model_dir)
+    settings, plan = model.settings, model.settings.get("quickstart", {})
+
+    def chosen(flag: str, default):
+        value = getattr(cfg, flag)
+        return plan.get(flag, default) if value is None else value
+
     return EvalConfig(
-        checkpoint=str(model_dir / "model.pt"), out=str(cfg.report_dir()),
-        data=str(model_dir), src_file=str(raw_dir / "test.de"),
-        ref_file=str(raw_dir / "test.en"), spm_model=str(model_dir / "spm.model"),
-        max_sentences=cfg.eval_sentences, beams=(1, 5),
-        grid_k=(0, settings["k"]), grid_beta=(1, cfg.relaxed_beta),
+        checkpoint=str(model.checkpoint), out=str(cfg.report_dir()), data=str(model_dir),
+        draft_head=str(model.draft_head) if model.draft_head else None,
+        src_file=str(raw_dir / "test.de"), ref_file=str(raw_dir / "test.en"),
+        spm_model=str(model.spm_model), max_sentences=chosen("eval_sentences", 200),
+        beams=tuple(plan.get("beams", (1, 5))), grid_k=(0, settings["k"]),
+        grid_auto=plan.get("auto", False), grid_beta=(1, chosen("relaxed_beta", 3)),
         grid_candidates=tuple(sorted({1, settings.get("candidates", 1)})),
-        grid_tau=(cfg.relaxed_tau,), max_len_a=settings["max_len_a"],
-        max_len_b=settings["max_len_b"], batch_sizes=(1,), repeats=cfg.repeats,
+        grid_tau=(chosen("relaxed_tau", 2.0),), relaxed_rows=plan.get("relaxed_rows", "all"),
+        int8=plan.get("int8", False), max_len_a=settings["max_len_a"],
+        max_len_b=settings["max_len_b"], batch_sizes=(1,), repeats=chosen("repeats", 5),
         warmup_batches=2, threads=1, cpu=True, progress=True, ct2=True,
         command="scripts/quickstart.py",
     )
@@ -110,10 +119,13 @@ def translate_examples(model_dir: Path = MODEL_DIR) -> List[Dict]:
     # The task and model come with the plugin; the evaluation step registers it
     # too, but a reused evaluation (outputs up to date) does not run.
     checkpoints.register_plugin()
-    settings = model_settings(model_dir)
-    cfg = TranslateConfig(checkpoint=str(model_dir / "model.pt"),
-                          spm_model=str(model_dir / "spm.model"), data=str(model_dir),
-                          decoding=DecodingOptions(spec_decoding=True, k=settings["k"]), cpu=True,
+    model = ShippedModel.at(model_dir)
+    settings = model.settings
+    head = str(model.draft_head) if model.draft_head else None
+    cfg = TranslateConfig(checkpoint=str(model.checkpoint), spm_model=str(model.spm_model),
+                          data=str(model_dir), cpu=True,
+                          decoding=DecodingOptions(spec_decoding=True, k=settings["k"],
+                                                   draft_head=head),
                           max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"])
     examples = examples_for(model_dir)
     outputs = translate_lines([source for source, _ in examples], load_translator(cfg),
@@ -134,13 +146,14 @@ def run(cfg) -> Dict:
     params = {k: v for k, v in vars(eval_cfg).items()
               if k not in {"checkpoint", "out", "data", "src_file", "ref_file", "spm_model",
                            "progress", "command"}}
-    params["model_sha256"] = model_settings(model_dir)["sha256"]
+    settings = ShippedModel.at(model_dir).settings
+    params["model_sha256"] = settings["sha256"]
     chain.run("eval", params, [results_json, cfg.report_dir() / "bleu_vs_speedup.png"],
               lambda: evaluate(eval_cfg))
     results = json.loads(results_json.read_text(encoding="utf-8"))
     results["examples"] = translate_examples(model_dir)
     results["quickstart"] = {"mode": "pretrained", "model": shown(model_dir.resolve()),
-                             "card_summary": model_settings(model_dir).get("summary", ""),
+                             "card_summary": settings.get("summary", ""),
                              "steps": dict(chain.status), "threads": 1,
                              "wall_seconds": time.monotonic() - start}
     with atomic_text(cfg.report_dir() / "report.md") as handle:
@@ -155,6 +168,8 @@ def render_report(results: Dict) -> str:
     qs, test = results["quickstart"], results["test_set"]
     lines = [
         "# nmt-specdec quickstart: the shipped De-En model",
+        "",
+        drafting_summary(results),
         "",
         f"Model: `{qs['model']}` (its `README.md` says how it was trained and on what). "
         + qs.get("card_summary", ""),

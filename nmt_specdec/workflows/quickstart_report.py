@@ -48,3 +48,37 @@ def results_table(results: dict) -> list[str]:
         f"- BLEU signature: `{results['signatures']['bleu']}`",
         f"- chrF signature: `{results['signatures']['chrf']}`",
     ]
+
+
+def drafting_summary(results: dict) -> str:
+    """The report's first sentence: what drafting (the fastest beta=1 SpecDec row,
+    and ``auto``) gained or lost against the engine's greedy in each precision,
+    on this machine. Empty when the run has no SpecDec row."""
+    parts = []
+    for precision in dict.fromkeys(_precision(row) for row in results["rows"]):
+        rows = [row for row in results["rows"] if _precision(row) == precision
+                and row["role"] == "specdec" and row["beta"] == 1
+                and row.get("speedup_vs_k0") is not None]
+        fixed = [row for row in rows if not row["auto_k"]]
+        if not fixed:
+            continue
+        best = max(fixed, key=lambda row: row["speedup_vs_k0"])
+        verb = "gained" if best["speedup_vs_k0"] >= 1 else "lost"
+        same = "the same output" if best["differs_from_greedy"] == 0 else (
+            f"{best['differs_from_greedy']} sentences differ from greedy")
+        text = (f"in {precision} drafting {verb}: K={best['k']} β=1 ran "
+                f"**{best['speedup_vs_k0']:.2f}x** the engine's greedy "
+                f"({best['mean_accepted_tokens']:.2f} tokens per iteration, {same})")
+        auto = [row for row in rows if row["auto_k"]]
+        if auto:
+            text += f", `--spec-k auto` {auto[0]['speedup_vs_k0']:.2f}x"
+        parts.append(text)
+    if not parts:
+        return ""
+    return (f"On this machine ({results['machine'].get('cpu')}, 1 thread, batch 1), "
+            + "; ".join(parts) + ".")
+
+
+def _precision(row: dict) -> str:
+    return "int8" if row.get("int8") else {"float32": "fp32", "float16": "fp16",
+                                            "bfloat16": "bf16"}[row.get("dtype", "float32")]

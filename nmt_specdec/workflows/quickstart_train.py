@@ -49,18 +49,23 @@ def train_flags(cfg, data_bin: Path, save_dir: Path) -> list[str]:
 
 
 def eval_config(cfg, checkpoint: Path, data_dir: Path):
-    """The evaluation settings: four rows at batch size 1."""
+    """The evaluation settings: four rows at batch size 1 (200 sentences, 5
+    repeats and beta=3 tau=2 where the flags leave them open)."""
     from nmt_specdec.evaluation.config import EvalConfig
+
+    def flag(value, default):
+        return default if value is None else value
 
     return EvalConfig(
         checkpoint=str(checkpoint), out=str(cfg.report_dir()),
         data=str(data_dir / "bin"), split="test",
         spm_model=str(data_dir / "spm.model"),
-        max_sentences=cfg.eval_sentences,
-        beams=(1, 5), grid_beta=(1, cfg.relaxed_beta), grid_tau=(cfg.relaxed_tau,),
+        max_sentences=flag(cfg.eval_sentences, 200),
+        beams=(1, 5), grid_beta=(1, flag(cfg.relaxed_beta, 3)),
+        grid_tau=(flag(cfg.relaxed_tau, 2.0),),
         # An under-trained model may babble: bound outputs by the source length.
         max_len_a=1.2, max_len_b=5,
-        batch_sizes=(1,), repeats=cfg.repeats, warmup_batches=2,
+        batch_sizes=(1,), repeats=flag(cfg.repeats, 5), warmup_batches=2,
         threads=cfg.threads, cpu=True, progress=True,
         command="scripts/quickstart.py",
     )

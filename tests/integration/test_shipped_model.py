@@ -23,6 +23,7 @@ import pytest
 import torch
 from fairseq.dataclass.configs import GenerationConfig
 
+from nmt_specdec import shipped_models
 from nmt_specdec.checkpoint_safety import load_checkpoint
 from nmt_specdec.evaluation.mismatch import NEAR_TIE_LOGIT_GAP, logit_gaps
 from nmt_specdec.hashing import file_sha256 as sha256
@@ -56,17 +57,19 @@ def _make_recipe(target: str) -> str:
     return "\n".join(recipe)
 
 
-def test_tests_check_the_model_the_quickstart_ships() -> None:
-    # The helper names its model directory itself; `make quickstart` must decode
-    # that one: it runs scripts/quickstart.py without --model, i.e. the default of
-    # the quickstart's parser, which its help must name too.
+def test_the_quickstart_decodes_the_base_model_or_this_one() -> None:
+    # `make quickstart` runs scripts/quickstart.py --model $(MODEL): the base model by
+    # default (the parser's default, which its help names), this model with MODEL=tiny.
     recipe = _make_recipe("quickstart")
-    assert "scripts/quickstart.py" in recipe and "--model" not in recipe, recipe
+    assert "scripts/quickstart.py --model $(MODEL)" in recipe, recipe
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "\nMODEL ?= base\n" in makefile
     shim = (REPO_ROOT / "scripts" / "quickstart.py").read_text(encoding="utf-8")
     assert "from nmt_specdec.workflows.quickstart import main" in shim
     parser = quickstart.build_parser()
-    assert parser.parse_args([]).model.resolve() == MODEL_DIR.resolve()
-    assert f"default {MODEL_DIR.relative_to(REPO_ROOT)}" in " ".join(parser.format_help().split())
+    assert parser.parse_args([]).model.resolve() == shipped_models.BASE.resolve()
+    assert shipped_models.model_directory("tiny").resolve() == MODEL_DIR.resolve()
+    assert "models/gettext-de-en-base" in " ".join(parser.format_help().split())
     assert (MODEL_DIR / "model.pt").is_file() and (MODEL_DIR / "settings.json").is_file()
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from nmt_specdec.data.steps import RecipeError
-from nmt_specdec.workflows import quickstart, quickstart_pretrained, quickstart_train
+from nmt_specdec.errors import UserError
+from nmt_specdec.shipped_models import ShippedModel
+from nmt_specdec.workflows import quickstart, quickstart_train
 
 
 def _config(argv: list[str]) -> quickstart.QuickstartConfig:
@@ -20,9 +22,16 @@ def _config(argv: list[str]) -> quickstart.QuickstartConfig:
 def test_default_is_the_shipped_gettext_model() -> None:
     cfg = _config([])
     cfg.validate()
-    assert not cfg.train and cfg.model_dir().name == "gettext-de-en-tiny"
-    assert quickstart_pretrained.model_settings(cfg.model_dir())["corpus"] == "gettext"
+    assert not cfg.train and cfg.model_dir().name == "gettext-de-en-base"
+    assert ShippedModel.at(cfg.model_dir()).settings["corpus"] == "gettext"
     assert cfg.report_dir().name == "quickstart"
+
+
+def test_the_tiny_model_keeps_its_own_report() -> None:
+    cfg = _config(["--model", "tiny"])
+    cfg.validate()
+    assert cfg.model_dir().name == "gettext-de-en-tiny"
+    assert cfg.report_dir().name == "quickstart-gettext-de-en-tiny"
 
 
 def test_training_from_scratch_keeps_its_own_directories() -> None:
@@ -33,7 +42,7 @@ def test_training_from_scratch_keeps_its_own_directories() -> None:
 
 
 def test_a_missing_model_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(RecipeError, match="settings.json is missing"):
+    with pytest.raises(UserError, match="settings.json is missing"):
         _config(["--model", str(tmp_path / "nowhere")]).validate()
 
 
