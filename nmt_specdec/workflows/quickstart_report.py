@@ -53,8 +53,11 @@ def results_table(results: dict) -> list[str]:
 def drafting_summary(results: dict) -> str:
     """The report's first sentence: what drafting (the fastest beta=1 SpecDec row,
     and ``auto``) gained or lost against the engine's greedy in each precision,
-    on this machine. Empty when the run has no SpecDec row."""
+    on this machine, and whether its output equals that greedy's (an int8 row:
+    int8 greedy's; ``greedy_mismatches`` lists every row that does not). Empty
+    when the run has no SpecDec row."""
     parts = []
+    mismatched = {found["decoder"] for found in results.get("greedy_mismatches", [])}
     for precision in dict.fromkeys(_precision(row) for row in results["rows"]):
         rows = [row for row in results["rows"] if _precision(row) == precision
                 and row["role"] == "specdec" and row["beta"] == 1
@@ -64,8 +67,8 @@ def drafting_summary(results: dict) -> str:
             continue
         best = max(fixed, key=lambda row: row["speedup_vs_k0"])
         verb = "gained" if best["speedup_vs_k0"] >= 1 else "lost"
-        same = "the same output" if best["differs_from_greedy"] == 0 else (
-            f"{best['differs_from_greedy']} sentences differ from greedy")
+        same = ("output identical to its greedy" if best["name"] not in mismatched
+                else "**output differs from its greedy**")
         text = (f"in {precision} drafting {verb}: K={best['k']} β=1 ran "
                 f"**{best['speedup_vs_k0']:.2f}x** the engine's greedy "
                 f"({best['mean_accepted_tokens']:.2f} tokens per iteration, {same})")
