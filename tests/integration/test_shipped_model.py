@@ -133,10 +133,11 @@ def test_examples_translate_in_a_fresh_process() -> None:
     assert int(done.stdout.split()[-1]) == len(quickstart_pretrained.examples_for(MODEL_DIR))
 
 
-def _readme_command(program: str) -> str:
-    """The README's command line that runs ``program`` (continuation lines joined)."""
+def _readme_command(program: str, marker: str = "") -> str:
+    """The README's first command line that runs ``program`` with ``marker`` on its
+    first line (continuation lines joined)."""
     lines = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    start = next(i for i, line in enumerate(lines) if f"{program} " in line)
+    start = next(i for i, line in enumerate(lines) if f"{program} " in line and marker in line)
     command = []
     for line in lines[start:]:
         command.append(line.rstrip("\\").strip())
@@ -147,15 +148,16 @@ def _readme_command(program: str) -> str:
 
 @pytest.mark.parametrize("loglevel", [None, "INFO"])
 def test_the_readmes_interactive_command_is_quiet(loglevel) -> None:
-    """The README's fairseq-interactive command on in-domain lines: a hypothesis
-    per line, at most 3 lines on stderr (fairseq's logs with LOGLEVEL=INFO)."""
+    """The README's fairseq-interactive command with the plugin (the shipped base
+    model, SpecDec) on in-domain lines: a hypothesis per line, at most 3 lines on
+    stderr (fairseq's logs with LOGLEVEL=INFO)."""
     import os
     import subprocess
     import sys
 
-    command = _readme_command("fairseq-interactive")
+    command = _readme_command("fairseq-interactive", "--user-dir")
     command = command[command.index("fairseq-interactive"):]  # stdin comes from here
-    env = {**os.environ, "M": str(MODEL_DIR.relative_to(REPO_ROOT)),
+    env = {**os.environ, "M": str(shipped_models.BASE.relative_to(REPO_ROOT)),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("LOGLEVEL", None)
     if loglevel:
@@ -165,7 +167,7 @@ def test_the_readmes_interactive_command_is_quiet(loglevel) -> None:
                           cwd=REPO_ROOT, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [line.split("\t")[-1] for line in done.stdout.splitlines()
-            if line.startswith("D-")] == ["File not found.", "Do you want to save changes?"]
+            if line.startswith("D-")] == ["File not found.", "Do you want to save the changes?"]
     stderr = done.stderr.splitlines()
     assert (len(stderr) <= 3) == (loglevel is None), done.stderr[-2000:]
 
