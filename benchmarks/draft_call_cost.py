@@ -12,8 +12,8 @@ random weights: their time only (a head's cost does not depend on its values).
 
 Example (the base model's verifier and its shipped head, from the repository root)::
 
-    python benchmarks/draft_call_cost.py --checkpoint work/verifier.pt \\
-        --draft-head models/gettext-de-en-base-head/head.pt --data work/gettext/bin \\
+    python benchmarks/draft_call_cost.py --checkpoint models/gettext-de-en-base/model.pt \\
+        --draft-head models/gettext-de-en-base/head.pt --data work/gettext/bin \\
         --heads 1024:1:2 512:1:2 512:1:1 2048:0:0
 
 ``--heads`` takes FFN:REFINE_LAYERS:REFINE_STEPS per head (one first-pass layer

@@ -5,7 +5,7 @@ The weights and the verifier's fingerprints stay as they are; only the default
 that ``--spec-refine-steps`` overrides changes. Example (from the repository root)::
 
     python scripts/set_head_refine_steps.py work/base-head-cpu/run-5/head.pt 1 \\
-        --out models/gettext-de-en-base-head/head.pt
+        --out models/gettext-de-en-base/head.pt
 """
 
 from __future__ import annotations
