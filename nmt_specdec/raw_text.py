@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from contextlib import contextmanager
 from typing import BinaryIO, Iterator, List, Sequence
+
+from nmt_specdec.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -143,3 +146,17 @@ def detokenize(pieces: str) -> str:
     """
     text = "".join(pieces.split(" ")).replace(SPIECE_UNDERLINE, " ")
     return clean_text(text)
+
+
+@contextmanager
+def open_stream(path: str, mode: str, standard: BinaryIO, failure: str) -> Iterator[BinaryIO]:
+    """``path`` opened in binary ``mode``, or the standard stream for ``-``."""
+    if path == "-":
+        yield standard
+        return
+    try:
+        handle = open(path, mode)
+    except OSError as err:
+        raise UserError(f"{failure} {path}: {err.strerror}") from None
+    with handle:
+        yield handle

@@ -25,7 +25,9 @@ exactly one output line per input line, in input order, whatever the input:
   truncated or dropped.
 
 Sentences are decoded in length-sorted batches of ``--batch-size`` and put
-back in input order. Input is processed in blocks of ``BLOCK_LINES`` lines.
+back in input order. With ``--sampling`` a sentence's sample depends on
+``--seed``, the sentence and its position in the input alone. Input is
+processed in blocks of ``BLOCK_LINES`` lines.
 
 Shapes: B sentences in a batch, S source pieces.
 """
@@ -37,29 +39,25 @@ import glob
 import logging
 import os
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence
 
 from nmt_specdec import checkpoints, logs, shipped_models
 from nmt_specdec.arguments import HelpFormatter
+from nmt_specdec.decoding.generation_config import add_sampling_flags, seed_torch
 from nmt_specdec.decoding.options import DecodingOptions, add_flags, flag_names
 from nmt_specdec.errors import UserError
 from nmt_specdec.raw_text import (  # noqa: F401  (re-exported: the CLI's text steps)
-    SENTENCE_END,
-    SPIECE_UNDERLINE,
-    chunk_pieces,
-    clean_text,
-    decode_lines,
-    detokenize,
-    read_line_blocks,
-    split_lines,
-)
+    SENTENCE_END, SPIECE_UNDERLINE, chunk_pieces, clean_text, decode_lines, detokenize,
+    open_stream, read_line_blocks, split_lines)
 
 logger = logging.getLogger("nmt_specdec.translate")
 
 # Lines read, translated and written at a time.
 BLOCK_LINES = 2048
+# A sentence's sampling key is line * MAX_CHUNKS + chunk: unique while no line
+# is cut into more chunks than this.
+MAX_CHUNKS = 1 << 16
 
 INVALID_BYTES_HELP = (
     "invalid UTF-8 bytes are replaced by U+FFFD (decoded with "
@@ -95,6 +93,11 @@ class TranslateConfig:
     cpu: bool = False
     fp16: bool = False
     bf16: bool = False
+    sampling: bool = False
+    sampling_topk: int = -1
+    sampling_topp: float = -1.0
+    temperature: float = 1.0
+    seed: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -158,19 +161,15 @@ def load_translator(cfg: TranslateConfig) -> Translator:
     try:
         spm = sentencepiece.SentencePieceProcessor(model_file=cfg.spm_model)
     except (OSError, RuntimeError) as err:
-        raise UserError(
-            f"--spm-model {cfg.spm_model} is not a SentencePiece model "
-            f"({' '.join(str(err).split())[:120]})"
-        ) from None
+        raise UserError(f"--spm-model {cfg.spm_model} is not a SentencePiece model "
+                        f"({' '.join(str(err).split())[:120]})") from None
     model, task = _load_model(cfg)
     _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
     on_cpu = cfg.cpu or cfg.decoding.backend == "onnxruntime"  # a CPU runtime
     device = torch.device("cuda" if torch.cuda.is_available() and not on_cpu else "cpu")
     model.to(device=device, dtype=cfg.dtype).eval()
     generator = _build_generator(cfg, task, model)
-    max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[
-        0
-    ]
+    max_src = utils.resolve_max_positions(task.max_positions(), model.max_positions())[0]
     return Translator(task, model, generator, spm, int(max_src) - 1, device)
 
 
@@ -215,6 +214,9 @@ def _build_generator(cfg: TranslateConfig, task, model):
     gen = GenerationConfig()
     gen.beam = 1 if cfg.decoding.spec_decoding else cfg.beam
     gen.max_len_a, gen.max_len_b = cfg.max_len_a, cfg.max_len_b
+    gen.sampling, gen.sampling_topk, gen.sampling_topp = (cfg.sampling, cfg.sampling_topk,
+                                                          cfg.sampling_topp)
+    gen.temperature = cfg.temperature
     return build_decoder(model, task.target_dictionary, cfg.decoding, gen,
                          fairseq_generator(task, model, gen))
 
@@ -233,7 +235,7 @@ def translate_lines(
     Returns:
         Detokenized translations; ``""`` for lines that are empty once cleaned.
     """
-    owners, sources = [], []
+    owners, sources, keys = [], [], []
     src_dict = translator.task.source_dictionary
     for index, line in enumerate(lines):
         number = first_line + index
@@ -249,19 +251,22 @@ def translate_lines(
                 translator.max_source_pieces + 1,
                 len(chunks),
             )
-        for chunk in chunks:
+        for part, chunk in enumerate(chunks):
             owners.append(index)
+            keys.append(number * MAX_CHUNKS + part)  # its position in the whole input
             sources.append([src_dict.index(p) for p in chunk] + [src_dict.eos()])
     parts: List[List[str]] = [[] for _ in lines]
-    for owner, text in zip(owners, _generate(translator, sources, batch_size)):
+    for owner, text in zip(owners, _generate(translator, sources, batch_size, keys)):
         parts[owner].append(text)
     return [" ".join(p for p in line_parts if p) for line_parts in parts]
 
 
 def _generate(
-    translator: Translator, sources: List[List[int]], batch_size: int
+    translator: Translator, sources: List[List[int]], batch_size: int, keys: List[int]
 ) -> List[str]:
-    """Translations of token-id sources, in their order (batched by length)."""
+    """Translations of token-id sources, in their order (batched by length);
+    ``keys``: each source's position in the whole input, the ``id`` a sampling
+    generator keys its draws by."""
     import torch
     from fairseq import utils
 
@@ -280,8 +285,10 @@ def _generate(
         sample = (
             utils.move_to_cuda(sample) if translator.device.type == "cuda" else sample
         )
+        indices = sample["id"].tolist()
+        sample["id"] = torch.tensor([keys[i] for i in indices])
         hypos = task.inference_step(translator.generator, [translator.model], sample)
-        for row, index in enumerate(sample["id"].tolist()):
+        for row, index in enumerate(indices):
             tokens = hypos[row][0]["tokens"].int().cpu()
             outputs[index] = detokenize(
                 tgt_dict.string(tokens, extra_symbols_to_ignore=strip)
@@ -295,9 +302,9 @@ def run(cfg: TranslateConfig) -> int:
     The input is read, translated and written in blocks of :data:`BLOCK_LINES`
     lines, so memory stays flat and a pipe sees output as it is produced.
     """
-    with _open(cfg.input, "rb", sys.stdin.buffer, "--input: cannot read") as source:
+    with open_stream(cfg.input, "rb", sys.stdin.buffer, "--input: cannot read") as source:
         translator = load_translator(cfg)
-        with _open(
+        with open_stream(
             cfg.output, "wb", sys.stdout.buffer, "--output: cannot write"
         ) as sink:
             written = 0
@@ -311,20 +318,6 @@ def run(cfg: TranslateConfig) -> int:
                 sink.flush()
                 written += len(outputs)
     return written
-
-
-@contextmanager
-def _open(path: str, mode: str, standard: BinaryIO, failure: str) -> Iterator[BinaryIO]:
-    """``path`` opened in binary ``mode``, or the standard stream for ``-``."""
-    if path == "-":
-        yield standard
-        return
-    try:
-        handle = open(path, mode)
-    except OSError as err:
-        raise UserError(f"{failure} {path}: {err.strerror}") from None
-    with handle:
-        yield handle
 
 
 # -------------------------------------------------------------------- CLI
@@ -342,12 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Transformer-base model, models/gettext-de-en-base/model.pt, with its draft head)")
     add("--spm-model", metavar="MODEL", help="SentencePiece model the training data was encoded "
         "with (default: spm.model in the checkpoint's directory)")
-    add(
-        "--input",
-        "-i",
-        default="-",
-        help="raw source text, one sentence per line (default: stdin)",
-    )
+    add("--input", "-i", default="-", help="raw source text, one sentence per line "
+        "(default: stdin)")
     add("--output", "-o", default="-", help="translations (default: stdout)")
     add("--data", metavar="DIR", help="directory with dict.SRC.txt/dict.TGT.txt (default: the "
         "checkpoint's directory if it has them, else the checkpoint's training data directory)")
@@ -361,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cpu", action="store_true", help="run on the CPU even if CUDA is available")
     add("--fp16", action="store_true", help="decode in float16 (for a GPU; slow on most CPUs)")
     add("--bf16", action="store_true", help="decode in bfloat16")
+    add_sampling_flags(parser.add_argument_group("sampling (fairseq's flags)"))
     add(
         "--user-dir",
         default=None,
@@ -376,6 +366,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logs.setup(args.verbose)  # before fairseq's import configures logging
     try:
+        seed_torch(args.seed)
         checkpoints.register_plugin(args.user_dir)
         if args.checkpoint is None:  # the shipped base model, drafting with its own head
             shipped = shipped_models.ShippedModel.at()

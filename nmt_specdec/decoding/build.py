@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 from torch import nn
 
 from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.generation_config import refuse_unsupported
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.generator import SpecDecGenerator
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 # The largest K of --spec-k auto with --spec-drafter verifier-int8 (the fastest fixed K
 # on the gettext test sentences, README "Drafting with the verifier's 8-bit copy").
 VERIFIER_DRAFTER_K = 4
+# The K of --spec-k auto under --sampling (a fixed K; see sampling_options).
+SAMPLING_K = 2
 
 NO_DRAFT_HEAD = (
     "--spec-decoding needs a checkpoint with a draft head, and this one has none; train one "
@@ -144,17 +147,55 @@ def _largest_k(model: nn.Module, drafter: str) -> Optional[int]:
 
 def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
                     args) -> SpecDecGenerator:
+    sampling = sampling_rule(args)
+    if sampling is not None:
+        options = sampling_options(model, options)
     options = resolve(model, options)
     if args.beam != 1:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
     # beta > 1 reads every token within tau of the best: an 8-bit projection certifies
     # that for few positions (22 in 100 calls redone at tau=2), so it takes the fp32 one.
-    exact = options.exact_scores or options.beta > 1
+    # Sampling reads every probability: the same.
+    exact = options.exact_scores or options.beta > 1 or sampling is not None
     backend = make_backend(options.backend, model, tgt_dict, options.int8, options.fused_draft,
                            exact, options.refine_steps)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
-                                                 backend=backend)
+                                                 backend=backend, sampling=sampling)
+
+
+def sampling_rule(args) -> Optional[SamplingRule]:
+    """fairseq's ``--sampling`` settings as the engine's rule (None: no sampling)."""
+    if not args.sampling:
+        return None
+    if args.sampling_topp > 1:
+        raise UserError(f"--sampling-topp must be at most 1, got {args.sampling_topp}")
+    return SamplingRule(topk=args.sampling_topk, topp=args.sampling_topp)
+
+
+def sampling_options(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
+    """``options`` as speculative sampling takes them, or a one-line refusal of
+    what it cannot take (docs/engine.md, "Speculative sampling").
+
+    ``--spec-k auto`` drafts a fixed K (:data:`SAMPLING_K`, at most the head's
+    block): a K chosen from timings would make the sample depend on them.
+    """
+    if options.beta != 1 or options.tau != 0:
+        raise UserError("--spec-beta/--spec-tau relax greedy verification; --sampling "
+                        "accepts by speculative sampling: drop them")
+    if options.candidates > 1:
+        raise UserError("--spec-candidates > 1 does not combine with --sampling: exact "
+                        "speculative sampling is proven here for a chain of drafts")
+    if options.drafter != "head":
+        raise UserError(f"--sampling drafts from the draft head's distribution; --spec-drafter "
+                        f"{options.drafter} gives tokens only")
+    k = options.k
+    if k is None:
+        k = min(SAMPLING_K, getattr(model, "draft_block_size", 0))
+    if options.fused_draft:
+        raise UserError("--fused-draft drafts the head's greedy tokens inside the verify call; "
+                        "--sampling draws them from its distribution: drop --fused-draft")
+    return dataclasses.replace(options, k=k, auto_k=False)
 
 
 def _deterministic(model: nn.Module, tgt_dict, options: DecodingOptions, args,

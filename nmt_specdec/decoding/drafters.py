@@ -55,6 +55,14 @@ class Drafter:
         raise UserError(f"--spec-candidates {count}: this drafter ({type(self).__name__}) "
                         "proposes one token per slot")
 
+    def draft_logits(self, request: DraftRequest) -> Tensor:
+        """Returns (B, K, V) the logits each slot's draft is drawn from, for
+        speculative sampling (``--sampling``): a drafter that only proposes tokens
+        cannot sample."""
+        raise UserError(f"--sampling with --spec-decoding needs the draft head's "
+                        f"distribution, which this drafter ({type(self).__name__}) does "
+                        "not give: use --backend torch and --spec-drafter head")
+
     def start_batch(self, sample: dict, encoder_out: Any) -> None:
         """Called once per batch before drafting; default: nothing to prepare."""
 

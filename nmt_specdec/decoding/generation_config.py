@@ -75,10 +75,15 @@ OUTCOMES: Dict[str, Outcome] = {
     "score_reference": _refused("scores the reference with fairseq's SequenceScorer: drop "
                                 "--spec-decoding", False),
     "prefix_size": _refused("forced target prefixes are not implemented", 0),
-    "sampling": _refused("SpecDec verifies the verifier's top tokens; it does not sample",
-                         False),
-    "sampling_topk": _refused("needs --sampling", -1),
-    "sampling_topp": _refused("needs --sampling", -1.0),
+    "sampling": _honoured("speculative sampling: every token distributed exactly as fairseq's "
+                          "--sampling --beam 1 samples it; keyed by --seed and the sentence's "
+                          "position, so the same at any batch size (a fixed K and a chain of "
+                          "drafts; refused with --deterministic, --fused-draft, "
+                          "--spec-candidates > 1, --spec-beta/--spec-tau)"),
+    "sampling_topk": _honoured("as fairseq's (top-k of the tempered, constrained "
+                               "distribution), for the verifier and the drafts alike"),
+    "sampling_topp": _honoured("as fairseq's (the smallest set reaching p; takes precedence "
+                               "over --sampling-topk)"),
     "constraints": _refused("lexically constrained decoding is not implemented", None),
     "diverse_beam_groups": _refused("diverse beam search is not implemented", -1,
                                     lambda v: v > 0),
@@ -152,9 +157,38 @@ def refuse_unsupported(args: Any, deterministic: bool,
     if args.no_repeat_ngram_size == 1:
         raise UserError("--no-repeat-ngram-size 1 blocks EOS (fairseq's target prefix starts "
                         "with it), so no sentence could end: use 2 or more")
+    if deterministic and args.sampling:
+        raise UserError("--sampling is not supported with --deterministic, which replays "
+                        "greedy decoding; a sample is batch-invariant already (its draws "
+                        "are keyed by --seed and the sentence's position)")
     if deterministic:
         for name, default in NOT_REPLAYED.items():
             if getattr(args, name) != default:
                 raise UserError(f"{flag(name)} is not supported with --deterministic "
                                 "(its fixed-shape replay applies the length, unk and pad "
                                 "rules only)")
+
+
+def add_sampling_flags(parser) -> None:
+    """fairseq's sampling flags, for a command that is not fairseq's
+    (``nmt-specdec-translate``): the same names, defaults and meaning."""
+    parser.add_argument("--sampling", action="store_true", help="sample each token instead of "
+                        "taking the best (with --spec-decoding: speculative sampling, the same "
+                        "distribution)")
+    parser.add_argument("--sampling-topk", type=int, default=-1, metavar="K",
+                        help="sample among the K likeliest tokens (-1: all)")
+    parser.add_argument("--sampling-topp", type=float, default=-1.0, metavar="P",
+                        help="sample among the smallest set of tokens whose probability "
+                        "reaches P (-1: all)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="divide the logits by it before the softmax")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the sampling draws "
+                        "(default: a fresh one per run)")
+
+
+def seed_torch(seed: Optional[int]) -> None:
+    """Seeds torch as fairseq's ``--seed`` does (None: leaves it unseeded)."""
+    if seed is not None:
+        import torch
+
+        torch.manual_seed(seed)

@@ -9,7 +9,9 @@ emitted EOS (K=0: greedy). Results come back as fairseq's hypothesis dicts.
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections import Counter
 from typing import Dict, List, Optional
 
 import torch
@@ -18,6 +20,8 @@ from torch import Tensor, nn
 from nmt_specdec.decoding.backends import make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.decision.constraints import Constraints
+from nmt_specdec.decoding.decision.draws import sentence_keys
+from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.drafters import Drafter
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
@@ -43,12 +47,18 @@ class SpecDecGenerator(nn.Module):
         backend: who runs the model calls (default: eager torch on the model).
         loop: the loop of every batch (default: :func:`~.loops.choose_loop`'s
             choice per batch).
+        sampling: sample as fairseq's ``--sampling`` (speculative sampling when
+            K > 0), each sentence's draws keyed by ``torch.initial_seed()`` (what
+            ``--seed`` sets) and its ``id``; None: greedy (Spec-Verify).
     """
 
     def __init__(self, model: nn.Module, tgt_dict, options: DecodingOptions,
                  lengths: LengthRules, drafter: Optional[Drafter] = None,
-                 backend: Optional[Backend] = None, loop: Optional[Loop] = None):
+                 backend: Optional[Backend] = None, loop: Optional[Loop] = None,
+                 sampling: Optional[SamplingRule] = None):
         super().__init__()
+        self.sampling = sampling
+        self._sources_seen: Counter = Counter()  # sampling keys of batches without ids
         check_decodable(model)  # refuse, at build time, what the engine lacks
         self.model = model
         self.options = options
@@ -90,10 +100,11 @@ class SpecDecGenerator(nn.Module):
     def from_generation_args(cls, model, tgt_dict, options: DecodingOptions, args,
                              drafter: Optional[Drafter] = None,
                              backend: Optional[Backend] = None,
-                             loop: Optional[Loop] = None) -> "SpecDecGenerator":
+                             loop: Optional[Loop] = None,
+                             sampling: Optional[SamplingRule] = None) -> "SpecDecGenerator":
         """Builds the generator from fairseq's GenerationConfig (``--max-len-a`` etc.)."""
         rules = LengthRules.from_generation_args(args, model, per_sentence=options.deterministic)
-        return cls(model, tgt_dict, options, rules, drafter, backend, loop)
+        return cls(model, tgt_dict, options, rules, drafter, backend, loop, sampling)
 
     @torch.no_grad()
     def generate(self, models, sample: dict, prefix_tokens=None, constraints=None,
@@ -122,7 +133,8 @@ class SpecDecGenerator(nn.Module):
         verifier = self.lean_verifier()
         bos = self.eos if bos_token is None else bos_token
         loop = self.loop or choose_loop(max_len.numel(), k_max, verifier.embed.device,
-                                        self.rules, self._row_buffers, self._static)
+                                        self.rules, self._row_buffers, self._static,
+                                        self.sampling is not None)
         if isinstance(loop, StaticLoop):
             finished = self._decode_static(loop, sample, verifier, encoder_out, max_len, bos,
                                            k_max)
@@ -133,18 +145,26 @@ class SpecDecGenerator(nn.Module):
             # keys/values.
             if k_max:
                 self.drafter.start_batch(sample, encoder_out)
-            finished = self.decode(verifier, encoder_out, max_len, bos, started, loop)
+            finished = self.decode(verifier, encoder_out, max_len, bos, started, loop,
+                                   self._sentence_keys(sample, max_len))
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
     def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int,
-               started: Optional[float] = None, loop: Optional[Loop] = None) -> List[tuple]:
+               started: Optional[float] = None, loop: Optional[Loop] = None,
+               keys: Optional[Tensor] = None) -> List[tuple]:
         """Runs a loop of dynamic shapes (after ``k_policy.start_batch``); returns
         (tokens, scores, iterations) per input row. ``started``: when the batch's
         timing for the K policy began (default: now); ``loop``: default
-        :func:`~.loops.choose_loop`'s choice among them."""
+        :func:`~.loops.choose_loop`'s choice among them; ``keys``: the rows'
+        sentence keys (sampling only)."""
         started = time.perf_counter() if started is None else started
         parts = self._parts(verifier)
-        batch = start_batch(parts, encoder_out, max_len, bos)
+        batch = start_batch(parts, encoder_out, max_len, bos, keys)
+        # A sampled row drafts K every turn where the positions allow it past the
+        # batch's longest limit, so that its draws never depend on the batch.
+        if self.sampling is not None:
+            parts = parts._replace(steady_k=max(batch.limits) + batch.k_max
+                                   < self.lengths.max_positions)
         loop = loop or self.loop or choose_loop(len(batch.limits), batch.k_max,
                                                 verifier.embed.device, self.rules,
                                                 self._row_buffers)
@@ -174,11 +194,35 @@ class SpecDecGenerator(nn.Module):
 
     def _parts(self, verifier: VerifierCalls) -> LoopParts:
         return LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
-                         verifier)
+                         verifier, self.sampling)
+
+    def _sentence_keys(self, sample: dict, max_len: Tensor) -> Optional[Tensor]:
+        """(B,) the sampling draws' key of each sentence: the seed and its ``id``
+        (its position in the input); None when nothing samples."""
+        if self.sampling is None:
+            return None
+        ids = sample.get("id")
+        if ids is None:
+            # fairseq-interactive's batches have no ids, and its row order depends
+            # on the batch size: the source and its count among equal sources so far.
+            ids = torch.tensor(self._source_ids(sample["net_input"]["src_tokens"]))
+        return sentence_keys(torch.initial_seed(), ids.to(max_len.device).long().view(-1))
 
     def _end_batch(self, finished: List[tuple], started: float) -> None:
         self.k_policy.end_batch(sum(item[0].numel() for item in finished if item is not None),
                                 time.perf_counter() - started)
+
+    def _source_ids(self, src_tokens: Tensor) -> List[int]:
+        """A 63-bit id per row from its source tokens and how many equal sources
+        came before it (equal lines draw independently, as in fairseq)."""
+        ids = []
+        for row in src_tokens.tolist():
+            source = tuple(token for token in row if token != self.pad)
+            seen, self._sources_seen[source] = self._sources_seen[source], \
+                self._sources_seen[source] + 1
+            digest = hashlib.blake2b(repr((source, seen)).encode(), digest_size=8).digest()
+            ids.append(int.from_bytes(digest, "little") >> 1)
+        return ids
 
     def _fairseq_hypothesis(self, tokens: Tensor, scores: Tensor, iterations: int) -> Dict:
         """Converts one result to fairseq's hypothesis dict (as SequenceGenerator)."""

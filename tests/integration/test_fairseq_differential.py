@@ -233,8 +233,7 @@ def test_the_engine_guide_lists_every_outcome():
 
 
 REFUSED_VALUES = {
-    "nbest": 2, "score_reference": True, "prefix_size": 1, "sampling": True,
-    "sampling_topk": 5, "sampling_topp": 0.9, "constraints": "ordered",
+    "nbest": 2, "score_reference": True, "prefix_size": 1, "constraints": "ordered",
     "diverse_beam_groups": 2, "diversity_rate": 0.5, "print_alignment": "hard",
     "lm_path": "lm.pt", "retain_dropout": True,
 }
@@ -256,6 +255,24 @@ def test_refused_option_is_refused_in_one_line(models, name, mode):
                       fairseq_generator(task, model, config))
     message = str(err.value)
     assert "\n" not in message and "--" + name.replace("_", "-") in message
+
+
+@pytest.mark.parametrize("options,refused", [
+    (DecodingOptions(deterministic=True), "--deterministic"),
+    (DecodingOptions(spec_decoding=True, k=2, candidates=2), "--spec-candidates"),
+    (DecodingOptions(spec_decoding=True, k=2, beta=3, tau=1.0), "--spec-beta"),
+    (DecodingOptions(spec_decoding=True, k=2, backend="onnxruntime", fused_draft=True),
+     "--fused-draft"),
+    (DecodingOptions(spec_decoding=True, k=2, drafter="verifier-int8",
+                     backend="onnxruntime"), "--spec-drafter verifier-int8"),
+])
+def test_sampling_refuses_what_its_proof_does_not_cover_in_one_line(models, options, refused):
+    task, model = models["head post-norm sinusoidal separate"]
+    config = generation_config(sampling=True, sampling_topk=5)
+    with pytest.raises(UserError) as err:
+        build_decoder(model, task.target_dictionary, options, config,
+                      fairseq_generator(task, model, config))
+    assert "\n" not in str(err.value) and refused in str(err.value)
 
 
 @pytest.mark.parametrize("argument", ["lm_model", "prefix_allowed_tokens_fn", "seq_gen_cls"])

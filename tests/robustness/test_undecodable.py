@@ -147,7 +147,7 @@ def test_interactive_refuses_an_option_in_one_line(raw_text_toy) -> None:
     proc = run_cli("interactive", [
         raw_text_toy.data, "--path", raw_text_toy.specdec, "--user-dir", PLUGINS_DIR,
         "--task", "translation_specdec", "-s", "src", "-t", "tgt", "--cpu",
-        "--spec-decoding", "--beam", "1", "--sampling"], stdin="the cat\n", check=False)
+        "--spec-decoding", "--beam", "1", "--nbest", "2"], stdin="the cat\n", check=False)
     assert proc.returncode == 2 and "H-" not in proc.stdout
     line = one_error_line(proc.stderr)
-    assert line.startswith("error: --sampling True is not supported with --spec-decoding")
+    assert line.startswith("error: --nbest 2 is not supported with --spec-decoding")

@@ -41,7 +41,7 @@ Loop = Union[Callable[[LoopParts, Batch], List[Optional[tuple]]], StaticLoop]
 
 def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
                 kept: Optional[RowBuffers] = None,
-                static: Optional[StaticLoop] = None) -> Loop:
+                static: Optional[StaticLoop] = None, sampling: bool = False) -> Loop:
     """The loop for a batch of ``rows`` sentences that drafts up to ``k_max``.
 
     The host loops and the static loop apply fairseq's plain rules only
@@ -53,7 +53,10 @@ def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
         kept: the single-row loop's buffers, kept from sentence to sentence.
         static: the generator's static loop, taken on a GPU (None: the torch
             backend's passes are not there, e.g. another backend).
+        sampling: the batch samples (:mod:`.sampled`), which the batched loop does.
     """
+    if sampling:
+        return decode_rows
     if static is not None and device.type == "cuda" and rules.plain:
         return static
     on_host = device.type == "cpu" and rules.plain

@@ -39,6 +39,7 @@ from nmt_specdec.decoding.decision.tree import resolve_tree
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, tree_layout
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.greedy_rows import greedy_turn_on_host
+from nmt_specdec.decoding.loops.sampled import sampled_acceptance, sampled_inputs
 from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
@@ -132,15 +133,12 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
     steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
     last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
     tree = k > 0 and options.candidates > 1  # leaves beside the chain (draft_tree)
-    # 1. draft
-    request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
-               if k > 0 else None)
-    inputs = draft_inputs(parts.drafter, request, last, options.candidates if tree else 1)
+    inputs, proposal = _draft(parts, rows, k, last, tree)  # 1. draft
     # 2. verify
     layout = tree_layout(k, options.candidates, last.device) if tree else None
     offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
     verified = parts.verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
-    if k == 0 and greedy_on_host and verified.decision is None:
+    if k == 0 and greedy_on_host and verified.decision is None and parts.sampling is None:
         return greedy_turn_on_host(parts.verifier, parts.rules, rows, verified, checks,
                                    certainty_margin(options.beta, options.tau))
     constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,
@@ -164,7 +162,9 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
         hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
     else:
         drafts = inputs[:, 1:]  # (B, K)
-        acceptance = accept_drafts(logits, drafts, options.beta, options.tau)
+        acceptance = (accept_drafts(logits, drafts, options.beta, options.tau)
+                      if parts.sampling is None else
+                      sampled_acceptance(parts.sampling, logits, lse, inputs, proposal, rows))
     commit = commit_tokens(drafts, acceptance, parts.rules.eos, parts.rules.pad)
     scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
     if parts.rules.match_source_len:  # fairseq's length-constrained search scores EOS 0
@@ -173,6 +173,17 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
             commit.tokens.eq(parts.rules.eos) & (slots >= rows.max_len.unsqueeze(1)), 0.0)
     rows = _bookkeep(rows, commit, scores, hidden, acceptance.num_accepted, live)
     return rows, commit, acceptance.num_accepted
+
+
+def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,
+           tree: bool) -> Tuple[Tensor, Optional[Tensor]]:
+    """1. draft: the verify inputs, and under sampling the drafts' ``q`` (None otherwise)."""
+    request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
+               if k > 0 else None)
+    if parts.sampling is not None:
+        return sampled_inputs(parts, request, last, rows)
+    return draft_inputs(parts.drafter, request, last,
+                        parts.options.candidates if tree else 1), None
 
 
 def _bookkeep(rows: Rows, commit, scores: Tensor, hidden: Tensor, num_accepted: Tensor,

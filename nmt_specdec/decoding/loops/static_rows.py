@@ -105,6 +105,7 @@ class Workspace:
             lengths=torch.ones(rows, **long),
             max_len=torch.ones(rows, **long),
             states=like.new_zeros(rows, like.size(-1)),
+            keys=torch.zeros(rows, **long),
         )
         self.done = torch.zeros(rows, dtype=torch.bool, device=device)
         self.finished_at = torch.zeros(rows, **long)

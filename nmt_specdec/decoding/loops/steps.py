@@ -29,6 +29,7 @@ from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.decision.constraints import Constraints
+from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.decision.scores import certain, normaliser
 from nmt_specdec.decoding.stats import SpecDecStats
 
@@ -43,6 +44,11 @@ class LoopParts(NamedTuple):
         k_policy: chooses K per turn and learns from what the turns commit.
         stats: the running statistics the loop adds to.
         verifier: the backend's model calls for this batch.
+        sampling: speculative sampling's rule (``--sampling``); None: the
+            verifier's top tokens decide (Spec-Verify).
+        steady_k: draft K every turn, also near the batch's longest limit: a
+            sampled row then drafts the same K alone as in any batch (its
+            draws, and the head's proposal over K slots, do not depend on it).
     """
 
     options: DecodingOptions
@@ -51,6 +57,8 @@ class LoopParts(NamedTuple):
     k_policy: KPolicy
     stats: SpecDecStats
     verifier: VerifierCalls
+    sampling: Optional[SamplingRule] = None
+    steady_k: bool = False
 
 
 class Rows(NamedTuple):
@@ -63,6 +71,8 @@ class Rows(NamedTuple):
         lengths: (B,) committed tokens, BOS included.
         max_len: (B,) output step at which EOS is forced.
         states: (B, C) verifier state that predicted the last committed token.
+        keys: (B,) each row's sentence key, which keys its sampling draws
+            (:func:`~..decision.draws.sentence_keys`; 0 where nothing samples).
     """
 
     index: Tensor
@@ -71,6 +81,7 @@ class Rows(NamedTuple):
     lengths: Tensor
     max_len: Tensor
     states: Tensor
+    keys: Tensor
 
 
 class Batch(NamedTuple):
@@ -91,13 +102,15 @@ class Batch(NamedTuple):
     k_max: int
 
 
-def start_batch(parts: LoopParts, encoder_out: Any, max_len: Tensor, bos: int) -> Batch:
+def start_batch(parts: LoopParts, encoder_out: Any, max_len: Tensor, bos: int,
+                keys: Optional[Tensor] = None) -> Batch:
     """Allocates a batch's buffers and cache at their largest size (one host read).
 
     Args:
         encoder_out: the backend's encoder output.
         max_len: (B,) output step at which EOS is forced.
         bos: the first decoder input.
+        keys: (B,) the rows' sentence keys (default: 0, for loops that do not sample).
     """
     batch, options, verifier = max_len.numel(), parts.options, parts.verifier
     k_max = options.k if parts.k_policy.may_draft else 0
@@ -117,6 +130,7 @@ def start_batch(parts: LoopParts, encoder_out: Any, max_len: Tensor, bos: int) -
         lengths=max_len.new_ones(batch),
         max_len=max_len,
         states=parts.drafter.start_states(batch, like),
+        keys=torch.zeros_like(max_len) if keys is None else keys,
     )
     return Batch(rows, cache, cross, limits, k_max)
 
@@ -135,7 +149,8 @@ def plan_turn(parts: LoopParts, k_max: int, turn: int, longest: int,
         ``(K, (check_min_len, check_max_len))`` for
         :func:`~..decision.constraints.constrain_logits_`.
     """
-    k = parts.k_policy.choose(max(0, min(k_max, max(limits) - turn)), len(limits))
+    room = k_max if parts.steady_k else max(0, min(k_max, max(limits) - turn))
+    k = parts.k_policy.choose(room, len(limits))
     return k, (turn < parts.rules.min_len, longest - 1 + k >= min(limits))
 
 

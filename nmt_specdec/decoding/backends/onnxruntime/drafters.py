@@ -26,6 +26,7 @@ _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
 class DraftGraphs(Protocol):
     calls: Counter  # runtime calls by kind
     draft_session: Any  # the draft graph's session, replaced on re-export
+    draft_logits_session: Any  # the draft head's logits (for --sampling), the same
     fused_drafter: Optional["FusedDrafter"]  # who drafts from fused calls this batch
 
     def draft_memory(self, memory: Any) -> Any: ...  # memory with the head's keys/values
@@ -104,6 +105,19 @@ class OrtDrafter(Drafter):
                                         self.memory.mask, candidate_slots(count),
                                         *self.memory.draft], [drafts])
         return drafts
+
+    def draft_logits(self, request: DraftRequest) -> Tensor:
+        assert self.memory is not None
+        self.backend.calls["draft"] += 1
+        last_tokens, positions = self._last_tokens_and_positions(request)
+        session = self.backend.draft_logits_session
+        shape = (last_tokens.numel(), request.num_slots, session.session.get_outputs()[0].shape[-1])
+        logits = self._out.get(shape)  # kept per shape: its binding stays put
+        if logits is None:
+            logits = self._out[shape] = torch.empty(shape)
+        session.run([request.states, last_tokens, positions, self.memory.mask,
+                     *self.memory.draft], [logits])
+        return logits
 
     def _last_tokens_and_positions(self, request: DraftRequest):
         """(B,) each row's last committed token, (B, K+1) its position and the K slots'."""

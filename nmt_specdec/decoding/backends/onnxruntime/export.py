@@ -33,6 +33,7 @@ from torch import nn
 from nmt_specdec.cpu_flags import has_vnni
 from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     DRAFT,
+    DRAFT_LOGITS,
     DRAFT_MEMORY,
     ENCODER,
     ENCODER_SENTENCE,
@@ -50,7 +51,7 @@ from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 33  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 34  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
@@ -145,8 +146,9 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     """Quantizes the exported graphs in ``building`` as the variant asks, adding
     the 8-bit variants' own graphs; returns every file of the variant."""
     int8, int8_draft, certified = (identity[key] for key in ("int8", "int8_draft", "certified"))
+    drafts = [name for name in (DRAFT, DRAFT_LOGITS) if name in files]
     quantized = ([name for name in files if name not in (ENCODER, ENCODER_SENTENCE)] if int8 else
-                 [DRAFT] if int8_draft and DRAFT in files else [])
+                 drafts if int8_draft else [])
     files = list(files)
     if _has_rows_graph(identity):
         shutil.copy(building / VERIFY, building / VERIFY_ROWS)
@@ -170,7 +172,7 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     if FUSED in files and (int8 or int8_draft):  # its draft head as the draft graph's
         quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
     for name in quantized:  # with --int8 the fused graph's other products too
-        quantize_graph(building / name, **(draft_weights if name == DRAFT else {}))
+        quantize_graph(building / name, **(draft_weights if name in drafts else {}))
     if certified:  # the verifier's output projection alone
         quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
     return files
@@ -209,7 +211,7 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         if any(manifest.get(key) != value for key, value in identity.items()):
             return False
         wanted = {ENCODER, ENCODER_SENTENCE, VERIFY}
-        wanted |= {DRAFT, DRAFT_MEMORY} if identity["draft_head"] else set()
+        wanted |= {DRAFT, DRAFT_LOGITS, DRAFT_MEMORY} if identity["draft_head"] else set()
         wanted |= {FUSED} if identity["draft_head"] and identity["fused"] else set()
         wanted |= {VERIFY_ROWS} if _has_rows_graph(identity) else set()
         files = manifest["files"]

@@ -20,12 +20,19 @@ from nmt_specdec.decoding.backends.onnxruntime.encoder_graph import (
     LeanEncoderGraph,
     lean_encoder_layers,
 )
-from nmt_specdec.decoding.backends.onnxruntime.graphs import DraftGraph, VerifyGraph, kv_names
+from nmt_specdec.decoding.backends.onnxruntime.graphs import (
+    DraftGraph,
+    DraftLogitsGraph,
+    VerifyGraph,
+    kv_names,
+)
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 
 OPSET = 17
 ENCODER, VERIFY, DRAFT = "encoder.onnx", "verify.onnx", "draft.onnx"
+# The draft head's logits, which speculative sampling draws the drafts from.
+DRAFT_LOGITS = "draft_logits.onnx"
 FUSED = "fused.onnx"  # verify, accept, then draft once (--fused-draft)
 # The draft head's encoder keys/values, made only for a batch that drafts.
 DRAFT_MEMORY = "draft_memory.onnx"
@@ -54,6 +61,7 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
             VERIFY_ROWS: [*_SELF, *past, *cross],
             DRAFT: ["states", "last_tokens", "block_positions", "memory_mask", "candidate_slots",
                     *draft],
+            DRAFT_LOGITS: ["states", "last_tokens", "block_positions", "memory_mask", *draft],
             DRAFT_MEMORY: ["states"],
             FUSED: [*_SELF, "parents", "slot_offsets", "candidate_slots", *past, *cross,
                     *draft],
@@ -92,9 +100,9 @@ def _export_graphs(model: nn.Module, pad: int, out: Path, fused: bool, certified
         return [ENCODER, ENCODER_SENTENCE, VERIFY]
     _export_draft(verifier, head, memory, out)
     if not fused:
-        return [ENCODER, ENCODER_SENTENCE, VERIFY, DRAFT, DRAFT_MEMORY]
+        return [ENCODER, ENCODER_SENTENCE, VERIFY, DRAFT, DRAFT_LOGITS, DRAFT_MEMORY]
     _export_fused(verifier, head, memory, past, out, same_bits)
-    return [ENCODER, ENCODER_SENTENCE, VERIFY, DRAFT, DRAFT_MEMORY, FUSED]
+    return [ENCODER, ENCODER_SENTENCE, VERIFY, DRAFT, DRAFT_LOGITS, DRAFT_MEMORY, FUSED]
 
 
 class _Memory(NamedTuple):
@@ -164,16 +172,16 @@ def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor
 
 
 def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:
-    _export(DraftGraph(head).eval(),
-            (torch.randn(2, verifier.dim), _example_ids([5, 6], verifier.embed.size(0)),
-             torch.tensor([[3, 4, 5], [0, 1, 2]]), memory.mask, torch.arange(2),
-             *memory.draft_cross),
-            out / DRAFT,
-            {"states": _BATCH, "last_tokens": _BATCH,
-             "block_positions": {0: "batch", 1: "block"}, **_MEMORY_MASK,
-             "candidate_slots": {0: "candidates"},
-             **{n: _SOURCE for n in kv_names("draft", len(head.layers))}},
+    inputs = (torch.randn(2, verifier.dim), _example_ids([5, 6], verifier.embed.size(0)),
+              torch.tensor([[3, 4, 5], [0, 1, 2]]), memory.mask)
+    axes = {"states": _BATCH, "last_tokens": _BATCH,
+            "block_positions": {0: "batch", 1: "block"}, **_MEMORY_MASK}
+    cross = {n: _SOURCE for n in kv_names("draft", len(head.layers))}
+    _export(DraftGraph(head).eval(), (*inputs, torch.arange(2), *memory.draft_cross),
+            out / DRAFT, {**axes, "candidate_slots": {0: "candidates"}, **cross},
             {"drafts": {0: "batch", 1: "candidates", 2: "slots"}})
+    _export(DraftLogitsGraph(head).eval(), (*inputs, *memory.draft_cross), out / DRAFT_LOGITS,
+            {**axes, **cross}, {"logits": {0: "batch", 1: "slots"}})
 
 
 def _export_fused(verifier, head, memory: _Memory, past: List[Tensor], out: Path,

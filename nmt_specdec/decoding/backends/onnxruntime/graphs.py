@@ -348,5 +348,16 @@ class DraftGraph(nn.Module):
         return norm_if(True, x, norm)
 
 
+class DraftLogitsGraph(DraftGraph):
+    """The draft head's pass -> ``logits`` (B, K, V) at the K slots, pad excluded:
+    what speculative sampling draws each draft from (``--sampling``). Inputs as
+    :class:`DraftGraph`'s, without ``candidate_slots``."""
+
+    def forward(self, states: Tensor, last_tokens: Tensor, block_positions: Tensor,
+                memory_mask: Tensor, *cross: Tensor):
+        return self.slot_logits(states, last_tokens, block_positions[:, 0],
+                                block_positions.size(1) - 1, memory_mask, cross)
+
+
 def _no_cache(key: Tensor, value: Tensor):
     return key, value

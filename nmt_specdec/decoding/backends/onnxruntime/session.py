@@ -325,6 +325,7 @@ class OrtBackend(Backend):
         self._verifier = OrtVerifier(session(graph_files.VERIFY), self,
                                      rows=lambda: session(graph_files.VERIFY_ROWS))
         self.draft_session = session(graph_files.DRAFT)
+        self.draft_logits_session = session(graph_files.DRAFT_LOGITS)
         self.draft_memory_session = session(graph_files.DRAFT_MEMORY)
         self.fused_session = session(graph_files.FUSED) if self.fused_draft else None
         # The draft head's source layers (their keys/values: draft_memory).

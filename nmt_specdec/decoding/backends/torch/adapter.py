@@ -80,6 +80,10 @@ class DraftHeadDrafter(Drafter):
         self._backend.calls["draft"] += 1
         return self.lean.propose(*self._inputs(request), request.num_slots)
 
+    def draft_logits(self, request: DraftRequest) -> Tensor:
+        self._backend.calls["draft"] += 1
+        return self.lean.slot_logits(*self._inputs(request), request.num_slots)
+
     def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
         self._backend.calls["draft"] += 1
         logits = self.lean.slot_logits(*self._inputs(request), request.num_slots)

@@ -1,0 +1,175 @@
+"""Speculative sampling against fairseq's sampling and the engine's own, one process.
+
+Decodes the first ``--sentences`` lines of ``--src-file`` at batch 1 with
+``--sampling --sampling-topk K`` in each of: stock fairseq (``SequenceGenerator``),
+and on each of ``--backends`` the engine at K=0 (its own sampling) and SpecDec
+sampling at each ``--ks`` (drafts from the draft head's distribution), interleaved over
+``--repeats`` passes, and prints tokens per second, the ratios, tokens per
+iteration and acceptance per slot. Then it samples one sentence ``--repeat-one``
+times with fairseq's sampling and with SpecDec sampling and prints a
+chi-square two-sample test of the two output frequency tables.
+
+Example (from the repository root; the test sentences as ``make quickstart``
+prepares them)::
+
+    python benchmarks/sampling_speed.py --src-file work/gettext-heldout/raw/test.de
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt_specdec.shipped_models import ShippedModel  # noqa: E402
+
+
+def load(model_dir: Path):
+    """(task, model, spm) of a shipped model, its draft head attached."""
+    import sentencepiece
+
+    from nmt_specdec import checkpoints
+    from nmt_specdec.model.head_file import attach_head_file
+
+    shipped = ShippedModel.at(model_dir)
+    model, task = checkpoints.load(str(shipped.checkpoint), {"data": str(model_dir)},
+                                   specdec_task=True)
+    attach_head_file(model.eval(), Path(shipped.draft_head))
+    return task, model, sentencepiece.SentencePieceProcessor(model_file=str(shipped.spm_model))
+
+
+def generation_args(topk: int, settings: dict):
+    from fairseq.dataclass.configs import GenerationConfig
+
+    return GenerationConfig(beam=1, sampling=True, sampling_topk=topk,
+                            max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"])
+
+
+def generators(task, model, args, ks: List[int], backends: List[str]) -> Dict[str, object]:
+    from nmt_specdec.decoding.build import build_decoder, fairseq_generator
+    from nmt_specdec.decoding.options import DecodingOptions
+
+    made = {"stock sampling": fairseq_generator(task, model, args)()}
+    for backend in backends:
+        for k in (0, *ks):
+            name = f"{'engine' if k == 0 else 'SpecDec'} sampling K={k} {backend}"
+            made[name] = build_decoder(model, task.target_dictionary,
+                                       DecodingOptions(True, k=k, backend=backend), args)
+    return made
+
+
+def batches(task, spm, lines: List[str], size: int) -> List[dict]:
+    src = task.source_dictionary
+    tokens = [torch.tensor([src.index(p) for p in spm.encode(line, out_type=str)] + [src.eos()])
+              for line in lines]
+    dataset = task.build_dataset_for_inference(tokens, [t.numel() for t in tokens])
+    return [dataset.collater([dataset[i] for i in range(start, min(len(lines), start + size))])
+            for start in range(0, len(lines), size)]
+
+
+def decode(task, model, generator, samples: List[dict]) -> List[tuple]:
+    outputs = []
+    for sample in samples:
+        for hyps in task.inference_step(generator, [model], sample):
+            outputs.append(tuple(hyps[0]["tokens"].tolist()))
+    return outputs
+
+
+def speed_table(task, model, made: Dict[str, object], samples: List[dict],
+                repeats: int) -> List[dict]:
+    seconds: Dict[str, List[float]] = {name: [] for name in made}
+    tokens: Dict[str, int] = {}
+    for repeat in range(repeats + 1):  # the first pass warms up, untimed
+        for name, generator in made.items():
+            if hasattr(generator, "stats"):
+                generator.stats.__init__()
+            torch.manual_seed(repeat)
+            start = time.perf_counter()
+            outputs = decode(task, model, generator, samples)
+            if repeat:
+                seconds[name].append(time.perf_counter() - start)
+                tokens[name] = sum(map(len, outputs))
+    rows = []
+    for name, generator in made.items():
+        stats = getattr(generator, "stats", None)
+        speed = tokens[name] / statistics.median(seconds[name])
+        rows.append({"row": name, "tokens_per_s": speed, "tokens": tokens[name],
+                     "tokens_per_iteration": stats.mean_accepted_tokens if stats else None,
+                     "slot_acceptance": stats.slot_acceptance() if stats else None})
+    return rows
+
+
+def print_speed(rows: List[dict]) -> None:
+    """The table; ``x K=0``: against the engine's own sampling on the same backend."""
+    stock = rows[0]["tokens_per_s"]
+    print(f"{'row':38} {'tok/s':>7} {'x stock':>8} {'x K=0':>6} {'tok/it':>7}  acceptance by slot")
+    for r in rows:
+        backend = r["row"].split()[-1]
+        engine = next((e["tokens_per_s"] for e in rows
+                       if e["row"] == f"engine sampling K=0 {backend}"), r["tokens_per_s"])
+        per_it = "" if r["tokens_per_iteration"] is None else f"{r['tokens_per_iteration']:.2f}"
+        slots = " ".join(f"{a:.2f}" for a in (r["slot_acceptance"] or []))
+        print(f"{r['row']:38} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / stock:8.2f} "
+              f"{r['tokens_per_s'] / engine:6.2f} {per_it:>7}  {slots}")
+
+
+def two_sample(task, model, made, spm, line: str, count: int, k: int, backend: str) -> None:
+    from scipy.stats import chi2_contingency
+
+    samples = batches(task, spm, [line] * count, 100)
+    torch.manual_seed(0)
+    stock = Counter(decode(task, model, made["stock sampling"], samples))
+    spec = Counter(decode(task, model, made[f"SpecDec sampling K={k} {backend}"], samples))
+    common = [o for o in set(stock) | set(spec) if stock[o] + spec[o] >= 10]
+    rest = [sum(c[o] for o in c if o not in common) for c in (stock, spec)]
+    table = [[stock[o] for o in common] + [rest[0]], [spec[o] for o in common] + [rest[1]]]
+    result = chi2_contingency(table)
+    print(f"\none sentence x {count}: {len(set(stock))} distinct outputs (fairseq), "
+          f"{len(set(spec))} (SpecDec K={k} {backend}); chi-square two-sample over {len(common) + 1} "
+          f"cells: statistic {result.statistic:.1f}, dof {result.dof}, p = {result.pvalue:.3f}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import fairseq_plugins  # noqa: F401  (the SpecDec task and model)
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-dir", default="models/gettext-de-en-base")
+    p.add_argument("--src-file", required=True)
+    p.add_argument("--sentences", type=int, default=100)
+    p.add_argument("--topk", type=int, default=10)
+    p.add_argument("--ks", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--backends", nargs="+", default=["onnxruntime", "torch"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeat-one", type=int, default=2000)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    task, model, spm = load(Path(args.model_dir))
+    settings = ShippedModel.at(Path(args.model_dir)).settings
+    made = generators(task, model, generation_args(args.topk, settings), args.ks,
+                      args.backends)
+    lines = Path(args.src_file).read_text(encoding="utf-8").splitlines()[: args.sentences]
+    from nmt_specdec.evaluation.machine import cpu_model
+
+    print(f"{args.model_dir}, first {len(lines)} lines of {args.src_file}, batch 1, "
+          f"--sampling --sampling-topk {args.topk}, {args.threads} thread(s), "
+          f"{cpu_model()}, median of {args.repeats} passes")
+    print_speed(speed_table(task, model, made, batches(task, spm, lines, 1), args.repeats))
+    if args.repeat_one:
+        two_sample(task, model, made, spm, lines[0], args.repeat_one, args.ks[0],
+                   args.backends[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Random draws that depend on what they decide, never on the batch.
+
+Speculative sampling draws three numbers per draft slot: one to sample the
+draft, one to accept it, one to sample the verifier's token where it stops.
+Each is a hash of (seed, sentence, turn, slot, purpose): the sentence is its
+position in the input (fairseq's sample ``id``), the turn is the committed
+length it starts from (unique per turn of a row). A sentence's sample then
+depends on the seed, the sentence and its position alone: the same bytes at
+any batch size, on any device, on a rerun, and two equal lines still draw
+independently. A global generator would hand each row whatever the rows before
+it left over.
+
+The hash is PCG's output permutation (O'Neill, 2014) on 32-bit words held in
+int64 tensors (every product stays below 2**63), chained over the fields; two
+words make a 53-bit uniform in float64, strictly inside (0, 1).
+
+Shapes: B rows, S slots.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# Purposes: what a draw decides (the last field of its key).
+DRAFT, ACCEPT, RESIDUAL = 0, 1, 2
+_PURPOSES = 3
+_WORD = 0xFFFFFFFF
+
+
+def _permute(x: Tensor) -> Tensor:
+    """PCG-RXS-M-XS on 32-bit words (int64 tensor of values in [0, 2**32))."""
+    state = (x * 747796405 + 2891336453) & _WORD
+    word = (((state >> ((state >> 28) + 4)) ^ state) * 277803737) & _WORD
+    return ((word >> 22) ^ word) & _WORD
+
+
+def _fold(hashed: Tensor, field: Tensor) -> Tensor:
+    """Hashes ``field`` (any int64) into the running hash, both halves of it."""
+    hashed = _permute(hashed ^ (field & _WORD))
+    return _permute(hashed ^ ((field >> 32) & _WORD))
+
+
+def sentence_keys(seed: int, ids: Tensor) -> Tensor:
+    """(B,) one key per sentence from the seed and its position in the input."""
+    start = torch.full_like(ids, seed & _WORD)
+    return _fold(_fold(start, torch.full_like(ids, seed >> 32)), ids)
+
+
+def uniforms(keys: Tensor, turn: Tensor, slots: int, purpose: int) -> Tensor:
+    """(B, S) float64 draws strictly inside (0, 1), one per row and slot.
+
+    Args:
+        keys: (B,) :func:`sentence_keys` of the rows.
+        turn: (B,) what makes each row's turn unique: its committed length.
+        slots: S.
+        purpose: :data:`DRAFT`, :data:`ACCEPT` or :data:`RESIDUAL`.
+    """
+    slot = torch.arange(slots, device=keys.device) * _PURPOSES + purpose  # (S,)
+    hashed = _fold(keys.unsqueeze(1).expand(-1, slots), turn.unsqueeze(1).expand(-1, slots))
+    hashed = _fold(hashed, slot.unsqueeze(0).expand_as(hashed))
+    high = _permute(hashed ^ 0x9E3779B9) >> 6  # 26 bits
+    low = _permute(high ^ hashed) >> 5  # 27 bits
+    return ((high * 2 ** 27 + low).double() + 0.5) / 2 ** 53

@@ -1,0 +1,252 @@
+"""Speculative sampling is exact in distribution (issue 67).
+
+On a random-weight model whose outputs are short enough to enumerate, the
+exact probability of every output under fairseq's sampling (``search.Sampling``
+applied to the constrained, tempered log-probabilities, step by step) is
+compared with the frequencies of 20,000 SpecDec samples (K = 2, the random draft
+head proposing far from the verifier, so that both acceptance and the residual
+decide often) in a chi-square test at significance 0.001. The same test must
+reject each of three deliberate mistakes in the acceptance rule, and the draws
+must not depend on the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Dict, Tuple
+
+import pytest
+import torch
+from fairseq.dataclass.configs import GenerationConfig
+from fairseq.search import Sampling
+from scipy.stats import chisquare
+
+from nmt_specdec.decoding.decision import sampling as sampling_rule
+from nmt_specdec.decoding.decision.acceptance import Acceptance
+from nmt_specdec.decoding.build import build_decoder
+from nmt_specdec.decoding.decision.sampling import categorical
+from nmt_specdec.decoding.loops import sampled
+from nmt_specdec.decoding.options import DecodingOptions
+from tests.helpers.specdec_toy import random_specdec_model, select_rows, source_batch
+
+SAMPLES = 20_000
+CHUNK = 2_500
+SIGNIFICANCE = 1e-3
+SEED = 1234
+# (topk, topp, temperature, max_len): few enough outputs to enumerate.
+SETTINGS = {
+    "top-k": (3, -1.0, 1.0, 3),
+    "top-p": (-1, 0.35, 1.0, 3),
+    "temperature": (-1, -1.0, 0.7, 2),
+}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    task, model = random_specdec_model(tmp_path_factory.mktemp("sampling"), eos_boost=2.0,
+                                       extra_args=("--spec-decoding", "--spec-k", "2"))
+    source = source_batch(task.target_dictionary, (5,), seed=3)
+    return model, task.target_dictionary, source
+
+
+def generation_args(topk: int, topp: float, temperature: float, max_len: int):
+    return GenerationConfig(beam=1, max_len_a=0.0, max_len_b=max_len, sampling=True,
+                            sampling_topk=topk, sampling_topp=topp, temperature=temperature)
+
+
+def repeated(source: dict, first: int, count: int) -> dict:
+    """``count`` copies of the one-sentence ``source``, ids ``first``.. on."""
+    src = source["net_input"]["src_tokens"].expand(count, -1).contiguous()
+    return {"id": torch.arange(first, first + count),
+            "net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum(1)}}
+
+
+def sampling_generator(model, dictionary, args, k: int, backend: str = "torch"):
+    """What ``--spec-decoding --sampling`` builds (``args``: fairseq's config)."""
+    return build_decoder(model, dictionary, DecodingOptions(spec_decoding=True, k=k,
+                                                           backend=backend), args)
+
+
+def specdec_samples(model, dictionary, source, setting, k: int = 2, total: int = SAMPLES,
+                    batch: int = CHUNK, backend: str = "torch") -> Tuple[Counter, object]:
+    """Output frequencies of ``total`` samples of the one sentence."""
+    generator = sampling_generator(model, dictionary, generation_args(*setting), k, backend)
+    torch.manual_seed(SEED)
+    counts: Counter = Counter()
+    for first in range(0, total, batch):
+        for hyps in generator.generate([model], repeated(source, first, batch)):
+            counts[tuple(hyps[0]["tokens"].tolist())] += 1
+    return counts, generator
+
+
+def fairseq_step(lprobs: torch.Tensor, dictionary, step: int, max_len: int, topk: int,
+                 topp: float) -> torch.Tensor:
+    """(V,) the probabilities fairseq's SequenceGenerator + search.Sampling sample
+    from at ``step`` (its constraints, then its own top-k / top-p code)."""
+    lprobs = lprobs.clone()
+    lprobs[dictionary.pad()] = -math.inf
+    if step >= max_len:
+        eos = lprobs[dictionary.eos()].item()
+        lprobs[:] = -math.inf
+        lprobs[dictionary.eos()] = eos
+    if step < 1:  # min_len 1
+        lprobs[dictionary.eos()] = -math.inf
+    search = Sampling(dictionary, sampling_topk=topk, sampling_topp=topp)
+    view = lprobs.view(1, 1, -1)
+    if topp > 0:
+        probs, indices = search._sample_topp(view)
+    elif topk > 0:
+        values, indices = view.topk(topk)
+        probs = values.exp()
+    else:
+        probs, indices = view.exp(), torch.arange(view.size(-1)).view(1, 1, -1)
+    full = torch.zeros_like(lprobs, dtype=torch.float64)
+    full[indices.view(-1)] = probs.view(-1).double()
+    return full / full.sum()
+
+
+@torch.no_grad()
+def exact_distribution(model, dictionary, source, setting) -> Dict[tuple, float]:
+    """Every output with its probability under fairseq's sampling."""
+    topk, topp, temperature, max_len = setting
+    src = source["net_input"]["src_tokens"]
+    encoder_out = model.encoder(src, src_lengths=source["net_input"]["src_lengths"])
+    outcomes, frontier = {}, [((), 1.0)]
+    for step in range(max_len + 1):
+        grown = []
+        for prefix, mass in frontier:
+            prev = torch.tensor([[dictionary.eos(), *prefix]])
+            logits, _ = model.decoder(prev, encoder_out=encoder_out)
+            lprobs = torch.log_softmax(logits[0, -1].float() / temperature, -1)
+            probs = fairseq_step(lprobs, dictionary, step, max_len, topk, topp)
+            for token in probs.nonzero().view(-1).tolist():
+                item = (prefix + (token,), mass * probs[token].item())
+                (outcomes.update([item]) if token == dictionary.eos() else grown.append(item))
+        frontier = grown
+    assert not frontier
+    return outcomes
+
+
+def chi_square_p(counts: Counter, exact: Dict[tuple, float]) -> float:
+    """The p-value of the frequencies under ``exact``, cells with an expected
+    count below 5 pooled (an output outside ``exact`` fails outright)."""
+    if set(counts) - set(exact):
+        return 0.0
+    total = sum(counts.values())
+    observed, expected, pooled = [], [], [0.0, 0.0]
+    for outcome, prob in exact.items():
+        cell = pooled if prob * total < 5 else None
+        if cell is None:
+            observed.append(counts[outcome])
+            expected.append(prob * total)
+        else:
+            cell[0] += counts[outcome]
+            cell[1] += prob * total
+    if pooled[1] > 0:
+        observed.append(pooled[0])
+        expected.append(pooled[1])
+    return chisquare(observed, expected).pvalue
+
+
+@pytest.mark.parametrize("name,backend", [*((name, "torch") for name in sorted(SETTINGS)),
+                                          ("top-k", "onnxruntime")])
+def test_samples_follow_fairseqs_sampling_distribution(toy, onnx_cache, name, backend):
+    model, dictionary, source = toy
+    exact = exact_distribution(model, dictionary, source, SETTINGS[name])
+    assert abs(sum(exact.values()) - 1) < 1e-6 and len(exact) > 5
+    counts, generator = specdec_samples(model, dictionary, source, SETTINGS[name],
+                                        backend=backend)
+    # The random head drafts far from the verifier: both branches decide often.
+    rates = generator.stats.slot_acceptance()
+    assert 0.05 < rates[0] < 0.95, rates
+    assert chi_square_p(counts, exact) > SIGNIFICANCE
+
+
+def _at_stop(target, proposal, num_accepted):
+    """``p`` and ``q`` (q = 0 after the last slot) where each row stopped."""
+    padded = torch.cat([proposal.double(), torch.zeros_like(target[:, :1])], 1)
+    at = num_accepted.view(-1, 1, 1).expand(-1, 1, target.size(-1))
+    return target.gather(1, at).squeeze(1), padded.gather(1, at).squeeze(1)
+
+
+def _corrected(right: Acceptance, stop: torch.Tensor, residual_draws) -> Acceptance:
+    draw = residual_draws.gather(1, right.num_accepted.unsqueeze(1)).squeeze(1)
+    return right._replace(correction=categorical(stop, draw))
+
+
+def _no_residual(target, proposal, drafts, accept_draws, residual_draws):
+    """Mistake 1: after a rejection, the token is drawn from p itself."""
+    right = sampling_rule.accept_sampled(target, proposal, drafts, accept_draws, residual_draws)
+    p_stop, _ = _at_stop(target, proposal, right.num_accepted)
+    return _corrected(right, p_stop, residual_draws)
+
+
+def _residual_reversed(target, proposal, drafts, accept_draws, residual_draws):
+    """Mistake 2: the residual taken from the draft's side, max(0, q - p) (within
+    p's support: the length limits stay kept)."""
+    right = sampling_rule.accept_sampled(target, proposal, drafts, accept_draws, residual_draws)
+    p_stop, q_stop = _at_stop(target, proposal, right.num_accepted)
+    residual = (q_stop - p_stop).clamp(min=0) * (p_stop > 0)
+    return _corrected(right, torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_stop),
+                      residual_draws)
+
+
+def _q_ignored(target, proposal, drafts, accept_draws, residual_draws):
+    """Mistake 3: the acceptance test ignores the draft's q (accept with p(x))."""
+    wrong = sampling_rule.accept_sampled(target, torch.ones_like(proposal), drafts,
+                                         accept_draws, residual_draws)
+    p_stop, q_stop = _at_stop(target, proposal, wrong.num_accepted)
+    residual = (p_stop - q_stop).clamp(min=0)
+    return _corrected(wrong, torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_stop),
+                      residual_draws)
+
+
+@pytest.mark.parametrize("mistake", [_no_residual, _residual_reversed, _q_ignored],
+                         ids=["no-residual", "residual-reversed", "q-ignored"])
+def test_the_test_rejects_a_wrong_rule(toy, monkeypatch, mistake):
+    model, dictionary, source = toy
+    setting = SETTINGS["top-k"]
+    exact = exact_distribution(model, dictionary, source, setting)
+    monkeypatch.setattr(sampled, "accept_sampled", mistake)
+    counts, _ = specdec_samples(model, dictionary, source, setting)
+    assert chi_square_p(counts, exact) < 1e-6
+
+
+def _sampled(model, dictionary, sample, k: int, batch: int, seed: int = SEED,
+             match_source_len: bool = False, backend: str = "torch"):
+    args = generation_args(10, -1.0, 1.0, 5)
+    args.match_source_len = match_source_len
+    generator = sampling_generator(model, dictionary, args, k, backend)
+    torch.manual_seed(seed)
+    rows = sample["id"].numel()
+    outputs = []
+    for first in range(0, rows, batch):
+        part = select_rows(sample, range(first, min(rows, first + batch)))
+        outputs += [h[0]["tokens"].tolist() for h in generator.generate([model], part)]
+    return outputs
+
+
+@pytest.mark.parametrize("k,match_source_len,backend", [
+    (0, False, "torch"), (2, False, "torch"), (2, True, "torch"), (2, False, "onnxruntime")])
+def test_a_sentences_sample_depends_on_the_seed_and_its_position_alone(
+        toy, onnx_cache, k, match_source_len, backend):
+    """The same bytes at batch 32, 8 and 1 and on a rerun; another seed, others.
+    With --match-source-len every row runs to a limit of its own, where the K of
+    a turn would otherwise shrink with the batch's longest limit."""
+    model, dictionary, _ = toy
+    lengths = [3 + (7 * i) % 10 for i in range(32)]
+    sample = source_batch(dictionary, lengths, seed=5)
+    setting = (match_source_len, backend)
+    whole = _sampled(model, dictionary, sample, k, 32, SEED, *setting)
+    assert _sampled(model, dictionary, sample, k, 8, SEED, *setting) == whole
+    assert _sampled(model, dictionary, sample, k, 1, SEED, *setting) == whole
+    assert _sampled(model, dictionary, sample, k, 32, SEED, *setting) == whole
+    assert _sampled(model, dictionary, sample, k, 32, SEED + 1, *setting) != whole
+    assert len(set(map(len, whole))) > 3
+
+
+def test_equal_lines_draw_independently(toy):
+    model, dictionary, source = toy
+    outputs = _sampled(model, dictionary, repeated(source, 0, 16), k=2, batch=16)
+    assert len(set(map(tuple, outputs))) > 1
