@@ -47,18 +47,18 @@ def sentence_keys(seed: int, ids: Tensor) -> Tensor:
     return _fold(_fold(start, torch.full_like(ids, seed >> 32)), ids)
 
 
-def uniforms(keys: Tensor, turn: Tensor, slots: int, purpose: int) -> Tensor:
-    """(B, S) float64 draws strictly inside (0, 1), one per row and slot.
+def uniforms(keys: Tensor, turn: Tensor, slots: int) -> Tensor:
+    """(B, S, 3) float64 draws strictly inside (0, 1), per row, slot and purpose
+    (the last axis: :data:`DRAFT`, :data:`ACCEPT`, :data:`RESIDUAL`).
 
     Args:
         keys: (B,) :func:`sentence_keys` of the rows.
         turn: (B,) what makes each row's turn unique: its committed length.
         slots: S.
-        purpose: :data:`DRAFT`, :data:`ACCEPT` or :data:`RESIDUAL`.
     """
-    slot = torch.arange(slots, device=keys.device) * _PURPOSES + purpose  # (S,)
-    hashed = _fold(keys.unsqueeze(1).expand(-1, slots), turn.unsqueeze(1).expand(-1, slots))
-    hashed = _fold(hashed, slot.unsqueeze(0).expand_as(hashed))
+    field = torch.arange(slots * _PURPOSES, device=keys.device).view(1, slots, _PURPOSES)
+    hashed = _fold(keys, turn).view(-1, 1, 1)  # (B, 1, 1): the row's turn
+    hashed = _permute(hashed ^ field)  # (B, S, 3): a field below 2**32
     high = _permute(hashed ^ 0x9E3779B9) >> 6  # 26 bits
     low = _permute(high ^ hashed) >> 5  # 27 bits
     return ((high * 2 ** 27 + low).double() + 0.5) / 2 ** 53

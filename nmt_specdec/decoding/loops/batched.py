@@ -39,7 +39,7 @@ from nmt_specdec.decoding.decision.tree import resolve_tree
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, tree_layout
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.greedy_rows import greedy_turn_on_host
-from nmt_specdec.decoding.loops.sampled import sampled_acceptance, sampled_inputs
+from nmt_specdec.decoding.loops.sampled import Proposal, sampled_acceptance, sampled_inputs
 from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
@@ -164,7 +164,7 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
         drafts = inputs[:, 1:]  # (B, K)
         acceptance = (accept_drafts(logits, drafts, options.beta, options.tau)
                       if parts.sampling is None else
-                      sampled_acceptance(parts.sampling, logits, lse, inputs, proposal, rows))
+                      sampled_acceptance(parts.sampling, logits, lse, inputs, proposal))
     commit = commit_tokens(drafts, acceptance, parts.rules.eos, parts.rules.pad)
     scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
     if parts.rules.match_source_len:  # fairseq's length-constrained search scores EOS 0
@@ -176,8 +176,8 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
 
 
 def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,
-           tree: bool) -> Tuple[Tensor, Optional[Tensor]]:
-    """1. draft: the verify inputs, and under sampling the drafts' ``q`` (None otherwise)."""
+           tree: bool) -> Tuple[Tensor, Optional[Proposal]]:
+    """1. draft: the verify inputs, and under sampling what they were drawn from."""
     request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
                if k > 0 else None)
     if parts.sampling is not None:

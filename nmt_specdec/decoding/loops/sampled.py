@@ -11,7 +11,7 @@ Shapes: B active rows, K draft slots, V vocabulary.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -23,26 +23,37 @@ from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.steps import LoopParts, Rows
 
 
+class Proposal(NamedTuple):
+    """What a sampled turn drafted from.
+
+    Attributes:
+        q: (B, K, V') the drafts' distribution (K = 0: nothing drafted).
+        draws: (B, K+1, 3) the turn's uniforms (:func:`~..decision.draws.uniforms`).
+    """
+
+    q: Tensor
+    draws: Tensor
+
+
 def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tensor,
-                   rows: Rows) -> Tuple[Tensor, Optional[Tensor]]:
-    """Step 1, draft by sampling: the verify inputs (B, K+1) and ``q`` (B, K, V),
-    None when K = 0."""
+                   rows: Rows) -> Tuple[Tensor, Proposal]:
+    """Step 1, draft by sampling: the verify inputs (B, K+1) and the :class:`Proposal`."""
+    num_slots = 0 if request is None else request.num_slots
+    draws = uniforms(rows.keys, rows.lengths, num_slots + 1)
     if request is None:
-        return last, None
+        return last, Proposal(draws.new_zeros(last.size(0), 0, 0), draws)
     rule: SamplingRule = parts.sampling
-    proposal = rule.proposal(parts.drafter.draft_logits(request), parts.rules.temperature)
-    drafts = categorical(proposal, uniforms(rows.keys, rows.lengths, request.num_slots, DRAFT))
-    return torch.cat([last, drafts], 1), proposal
+    q = rule.proposal(parts.drafter.draft_logits(request), parts.rules.temperature)
+    drafts = categorical(q, draws[:, :num_slots, DRAFT])
+    return torch.cat([last, drafts], 1), Proposal(q, draws)
 
 
 def sampled_acceptance(rule: SamplingRule, logits: Tensor, lse: Tensor, inputs: Tensor,
-                       proposal: Optional[Tensor], rows: Rows) -> Acceptance:
+                       proposal: Proposal) -> Acceptance:
     """Step 3, accept: speculative sampling on the verifier's constrained
     ``logits`` (B, K+1, V), ``lse`` their normaliser (B, K+1)."""
     num_slots = inputs.size(1) - 1
     target = rule.distribution(logits - lse.unsqueeze(-1))
-    if proposal is None:
-        proposal = target.new_zeros(target.size(0), 0, target.size(2))
-    return accept_sampled(target, proposal, inputs[:, 1:],
-                          uniforms(rows.keys, rows.lengths, num_slots, ACCEPT),
-                          uniforms(rows.keys, rows.lengths, num_slots + 1, RESIDUAL))
+    draws = proposal.draws
+    return accept_sampled(target, proposal.q, inputs[:, 1:], draws[:, :num_slots, ACCEPT],
+                          draws[:, :, RESIDUAL])
