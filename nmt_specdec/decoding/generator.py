@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.backends import check_drafter, make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.decision.constraints import Constraints
 from nmt_specdec.decoding.decision.draws import sentence_keys
@@ -70,13 +70,11 @@ class SpecDecGenerator(nn.Module):
         self.backend = backend or make_backend("torch", model, tgt_dict,
                                                 refine_steps=options.refine_steps)
         if drafter is None and options.k > 0:
-            if options.drafter == "verifier-int8":
-                drafter = self.backend.copy_drafter(self.pad)
-            elif not hasattr(model, "draft_head"):
+            if options.drafter == "head" and not hasattr(model, "draft_head"):
                 raise UserError("--spec-k > 0 needs a model with a draft head (or "
                                 "--spec-drafter verifier-int8)")
-            else:
-                drafter = self.backend.drafter(self.pad)
+            check_drafter(self.backend.name, options.drafter)
+            drafter = self.backend.drafter(self.pad, options.drafter)
         self.drafter = drafter or Drafter()
         self.k_policy: KPolicy = make_k_policy(options)
         self.stats = SpecDecStats()
@@ -85,7 +83,7 @@ class SpecDecGenerator(nn.Module):
         self._row_buffers = RowBuffers()  # the single-row loop's, kept from sentence to sentence
         # The static loop's workspaces and graphs, kept from batch to batch (torch passes only).
         self._static = (StaticLoop(graphs=options.cuda_graphs == "on")
-                        if self.backend.name == "torch" else None)
+                        if self.backend.static_passes else None)
 
     def reset_k_policy(self) -> None:
         """Forgets what ``--spec-k auto`` learned (acceptance, pass costs): the next

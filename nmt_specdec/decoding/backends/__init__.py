@@ -17,7 +17,8 @@ A backend imports :mod:`nmt_specdec.decoding` and its passes, never another
 backend. A new backend adds one folder here and touches nothing else: a
 :class:`~.base.Backend` subclass with its :class:`~.base.VerifierCalls` and a
 :class:`~nmt_specdec.decoding.drafters.Drafter`, and in the folder's ``__init__``
-``OPTIONS`` (which of ``int8``, ``fused_draft`` it takes) and
+``OPTIONS`` (which of ``int8``, ``fused_draft`` it takes), ``DRAFTERS`` (the
+``--spec-drafter`` kinds it makes) and
 ``create(model, tgt_dict, int8, fused_draft, exact_scores, refine_steps)``. :data:`BACKENDS`
 lists the folders.
 """
@@ -65,6 +66,15 @@ def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> N
         if value and option not in options:
             having = [b for b in BACKENDS[1:] if option in _package(b).OPTIONS]
             raise UserError(f"{flag} needs --backend {' or '.join(having)}")
+
+
+def check_drafter(name: str, kind: str) -> None:
+    """Raises :class:`UserError` where backend ``name`` does not make the
+    ``--spec-drafter`` ``kind`` (its package's ``DRAFTERS``), naming those that do."""
+    if kind not in _package(name).DRAFTERS:
+        having = [b for b in BACKENDS[1:] if kind in _package(b).DRAFTERS]
+        raise UserError(f"--spec-drafter {kind} needs --backend {' or '.join(having)} "
+                        f"(this is {name})")
 
 
 def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,

@@ -8,8 +8,11 @@ cache bookkeeping are shared by every backend. A backend only runs the model:
 - ``verifier().verify``: N new inputs per row against the self-attention cache
   and the encoder memory -> (B, N, C) states and (B, N, V) logits; the new
   keys/values land in the shared :class:`~nmt_specdec.decoding.cache.StaticKVCache`;
-- ``drafter``: the NAR draft head as a :class:`~nmt_specdec.decoding.drafters.Drafter`;
-  ``copy_drafter`` (optional): a cheaper copy of the verifier as one.
+- ``drafter``: a :class:`~nmt_specdec.decoding.drafters.Drafter` of the kind
+  ``--spec-drafter`` names: every backend runs the NAR draft head (``head``),
+  a backend may make more (its package's ``DRAFTERS``);
+- ``static_passes``: whether the engine's static loop (fixed shapes, CUDA
+  graphs) can run this backend's passes.
 
 ``calls`` counts the runtime calls each makes (one per pass), so that the
 iteration-cost benchmark can report calls per iteration.
@@ -105,10 +108,13 @@ class Backend:
 
     Attributes:
         name: the ``--backend`` value.
+        static_passes: the static loop (:class:`~nmt_specdec.decoding.loops.StaticLoop`)
+            runs this backend's lean torch passes on a GPU.
         calls: runtime calls so far, by kind (``encode``, ``verify``, ``draft``).
     """
 
     name = "?"
+    static_passes = False
 
     def __init__(self) -> None:
         self.calls: Counter = Counter()
@@ -121,13 +127,8 @@ class Backend:
         """The verifier (rebuilt if the model's weights changed since)."""
         raise NotImplementedError
 
-    def drafter(self, pad: int):
-        """A :class:`~nmt_specdec.decoding.drafters.Drafter` running the model's draft head."""
+    def drafter(self, pad: int, kind: str = "head"):
+        """A :class:`~nmt_specdec.decoding.drafters.Drafter` of ``kind`` (one of its
+        package's ``DRAFTERS``, :func:`~nmt_specdec.decoding.backends.check_drafter`;
+        ``head``: the model's draft head)."""
         raise NotImplementedError
-
-    def copy_drafter(self, pad: int):
-        """A :class:`~nmt_specdec.decoding.drafters.Drafter` running a cheaper copy of
-        the verifier (``--spec-drafter verifier-int8``, see
-        :mod:`nmt_specdec.decoding.backends.onnxruntime.verifier_drafter`)."""
-        raise UserError(f"--spec-drafter verifier-int8 needs --backend onnxruntime "
-                        f"(this is {self.name})")

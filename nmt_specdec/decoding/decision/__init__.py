@@ -7,13 +7,19 @@ decide on the host):
 - :mod:`.constraints`: fairseq's length, pad and unk rules
   (:func:`~.constraints.constrain_logits_` / :func:`~.constraints.constrain_host_`)
   and the rarer search options (temperature, n-gram blocking, source length);
-- :mod:`.acceptance`: Xia et al.'s Eq. 4 over a chain and the commit cut at EOS
+- :mod:`.rules`: the draft test, one object per rule (:class:`~.rules.ExactGreedy`,
+  :class:`~.rules.TopBeta`), each with its torch and its host form; a new rule
+  is one class there;
+- :mod:`.acceptance`: the walk over a chain (to the first rejection, then the
+  verifier's top-1) and the commit cut at EOS
   (:func:`~.acceptance.accept_drafts` and :func:`~.acceptance.commit_tokens` /
   :func:`~.acceptance.commit_host`);
 - :mod:`.tree`: acceptance over a chain with leaves
   (:func:`~.tree.resolve_tree` / :func:`~.tree.accept_host`, which also takes chains);
 - :mod:`.scores`: log-probabilities of committed tokens from raw logits, and
-  when an 8-bit projection's bound certifies a decision.
+  when an 8-bit projection's bound certifies a decision;
+- :mod:`.sampling` and :mod:`.draws`: speculative sampling (the verifier's
+  sampling distribution, exactly) and its batch-invariant draws.
 
 ``tests/unit/test_decision_forms.py`` holds each torch form equal to its host
 form on random and tied scores. The layer imports nothing else of the engine.

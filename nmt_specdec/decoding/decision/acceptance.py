@@ -12,7 +12,8 @@ At the first rejection the verifier's top-1 token is taken instead, so every
 iteration commits at least one token; if all K drafts pass, the verifier's
 prediction after the last draft (the "bonus" token) is appended too.
 
-:func:`accept_drafts` and :func:`commit_tokens` decide B rows in tensor ops
+The draft test itself is a rule of :mod:`.rules`. :func:`accept_drafts` and
+:func:`commit_tokens` decide B rows in tensor ops
 (the batched loop); the host loops decide one row with
 :func:`~.tree.accept_host` (a chain is a tree of one candidate per slot) and
 :func:`commit_host`. ``tests/unit/test_decision_forms.py`` holds the forms equal.
@@ -25,23 +26,11 @@ from __future__ import annotations
 from typing import List, NamedTuple, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-
-class Acceptance(NamedTuple):
-    """Outcome of verifying one block of drafts.
-
-    Attributes:
-        accepted: (B, K) bool, True where draft i passed the criterion *and* every
-            draft before it passed (the all-true prefix).
-        num_accepted: (B,) long, number of drafts accepted (0..K).
-        correction: (B,) long, verifier top-1 at position ``num_accepted``: the
-            correction after a rejection, or the bonus token if all K passed.
-    """
-
-    accepted: Tensor
-    num_accepted: Tensor
-    correction: Tensor
+from nmt_specdec.decoding.decision.rules import acceptance_rule, argmax_last  # noqa: F401
+from nmt_specdec.decoding.decision.tree import Acceptance, resolve_tree
 
 
 class Commit(NamedTuple):
@@ -84,54 +73,15 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
     Returns:
         The :class:`Acceptance` of each row.
     """
-    if beta < 1:
-        raise ValueError(f"beta must be >= 1, got {beta}")
-    if tau < 0:
-        raise ValueError(f"tau must be >= 0, got {tau}")
+    acceptance_rule(beta, tau)  # validates beta and tau
     num_slots = drafts.size(1)
     if num_slots == 0:  # plain greedy: the top-1 of the one position
         correction = argmax_last(lprobs[:, 0])
         return Acceptance(drafts.new_zeros(drafts.shape, dtype=torch.bool),
                           correction.new_zeros(correction.shape), correction)
-    passed = drafts_pass(lprobs[:, :num_slots], drafts, beta, tau)  # (B, K)
-    accepted = passed.long().cumprod(dim=1).bool()  # all-true prefix, (B, K)
-    num_accepted = accepted.long().sum(dim=1)  # (B,)
-    # The top-1 is needed at one position per row only.
-    index = num_accepted.view(-1, 1, 1).expand(-1, 1, lprobs.size(-1))
-    at_correction = lprobs.gather(1, index).squeeze(1)  # (B, V)
-    correction = argmax_last(at_correction)
-    return Acceptance(accepted, num_accepted, correction)
-
-
-def argmax_last(scores: Tensor) -> Tensor:
-    """``scores.argmax(dim=-1)`` (the first index among ties), through numpy for
-    float32 scores on the CPU, where numpy's argmax is an order of magnitude
-    faster than torch's over a batch's scores."""
-    if scores.device.type == "cpu" and scores.dtype == torch.float32 \
-            and not scores.requires_grad:
-        return torch.from_numpy(scores.numpy().argmax(-1))
-    return scores.argmax(dim=-1)
-
-
-def drafts_pass(scored: Tensor, drafts: Tensor, beta: int, tau: float) -> Tensor:
-    """The criterion (Eq. 4) for each draft on its own: (B, K) bool.
-
-    Args:
-        scored: (B, K, V) verifier scores at the positions that predict the drafts.
-        drafts: (B, K) draft tokens.
-        beta, tau: as in :func:`accept_drafts` (already validated).
-    """
-    draft_scores = scored.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # (B, K)
-    if beta == 1:  # greedy's choice, ties included
-        passed = drafts == argmax_last(scored)
-    else:
-        best = scored.amax(dim=-1)  # (B, K)
-        # beta >= V admits the whole vocabulary (topk itself would raise).
-        kth = scored.topk(min(beta, scored.size(-1)), dim=-1).values[..., -1]  # (B, K)
-        passed = (draft_scores >= kth) & (best - draft_scores <= tau)
-    # A -inf draft is never accepted, even when beta exceeds the finite entries
-    # (e.g. at the max length only EOS is allowed).
-    return passed & torch.isfinite(draft_scores)
+    # A chain is a tree of width one; its first input (the last committed token)
+    # is not tested.
+    return resolve_tree(lprobs, F.pad(drafts, (1, 0)), num_slots, beta, tau).acceptance
 
 
 def commit_tokens(drafts: Tensor, acceptance: Acceptance, eos: int, pad: int) -> Commit:

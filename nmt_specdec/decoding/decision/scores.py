@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.decision.rules import acceptance_rule
+
 
 def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:
     """Log-probabilities of ``tokens`` (B, N) under constrained ``logits``.
@@ -45,5 +47,6 @@ def certain(best: Tensor, bound: Tensor, margin: float) -> bool:
 
 
 def certainty_margin(beta: int, tau: float) -> float:
-    """The ``margin`` of :func:`certain` for these acceptance settings."""
-    return 0.0 if beta == 1 else tau
+    """The ``margin`` of :func:`certain` for these acceptance settings (the rule's,
+    :attr:`~.rules.AcceptanceRule.margin`)."""
+    return acceptance_rule(beta, tau).margin

@@ -3,8 +3,8 @@
 :func:`resolve_tree` decides B rows in whole-block tensor ops (the batched
 loop); :func:`accept_host` decides one row on the host (the single-row loop,
 chains and trees alike) with :func:`walk_row`, the same walk. Both test each
-node under its parent's scores (:func:`nodes_pass`, or at beta = 1 the
-parent's argmax). ``tests/unit/test_decision_forms.py`` holds the forms equal.
+node under its parent's scores with the rule of :mod:`.rules` (its torch and
+its host form). ``tests/unit/test_decision_forms.py`` holds the forms equal.
 The layout of a tree block (positions, attention) is :mod:`..draft_tree`.
 
 Shapes: B rows, K depth, C candidates per depth, N = 1 + K*C, V vocabulary.
@@ -19,7 +19,23 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.acceptance import Acceptance, argmax_last
+from nmt_specdec.decoding.decision.rules import acceptance_rule, argmax_last
+
+
+class Acceptance(NamedTuple):
+    """Outcome of verifying one block of drafts.
+
+    Attributes:
+        accepted: (B, K) bool, True where draft i passed the criterion *and* every
+            draft before it passed (the all-true prefix).
+        num_accepted: (B,) long, number of drafts accepted (0..K).
+        correction: (B,) long, verifier top-1 at position ``num_accepted``: the
+            correction after a rejection, or the bonus token if all K passed.
+    """
+
+    accepted: Tensor
+    num_accepted: Tensor
+    correction: Tensor
 
 
 class Decision(NamedTuple):
@@ -63,8 +79,9 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
     Every node is checked against the scores of its parent (the input whose
     prediction it is); the chain is accepted up to its first rejection, then the
     first passing leaf at the rejected depth, if any, is taken. The correction is
-    the verifier's argmax at the end of the path. :func:`walk_row` is the same
-    walk for one row on the host.
+    the verifier's argmax at the end of the path. A chain is a tree of width one
+    (:func:`~.acceptance.accept_drafts` walks it here); :func:`walk_row` is the
+    same walk for one row on the host.
 
     Args:
         logits: (B, N, V) constrained verifier scores of the flat block.
@@ -74,9 +91,10 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
     """
     batch, new, vocab = logits.shape
     width = (new - 1) // depth  # C
-    parent = parent_index(depth, width, logits.device)  # (N-1,): node j+1's parent input
-    passed = nodes_pass(logits, inputs, parent, beta, tau)  # (B, N-1)
-    top1 = logits.argmax(dim=-1)  # (B, N)
+    # Node j+1 is tested under its parent input's scores (a chain's: input j).
+    rule = acceptance_rule(beta, tau)
+    passed = (rule.passes(logits[:, :depth], inputs[:, 1:]) if width == 1 else
+              rule.passes(logits, inputs[:, 1:], parent_index(depth, width, logits.device)))
     reached = passed[:, :depth].long().cumprod(dim=1).sum(dim=1)  # (B,) chain drafts
     chain = torch.arange(depth + 1, device=logits.device)
     path = chain.expand(batch, -1).clone()  # (B, K+1)
@@ -91,24 +109,11 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
         path.scatter_(1, slot, torch.where(has_leaf.unsqueeze(1), leaf, slot))
         num_accepted = reached + has_leaf.long()
     drafts = inputs.gather(1, path[:, 1:])  # (B, K)
-    correction = top1.gather(1, path.gather(1, num_accepted.unsqueeze(1))).squeeze(1)
+    # The top-1 is needed at one position per row only.
+    end = path.gather(1, num_accepted.unsqueeze(1))  # (B, 1)
+    correction = argmax_last(logits.gather(1, end.unsqueeze(2).expand(-1, 1, vocab)).squeeze(1))
     accepted = chain[:depth] < num_accepted.unsqueeze(1)  # (B, K)
     return TreeOutcome(Acceptance(accepted, num_accepted, correction), path, drafts)
-
-
-def nodes_pass(logits: Tensor, inputs: Tensor, parent: Tensor, beta: int,
-               tau: float) -> Tensor:
-    """(B, N-1) bool: each node passes the criterion under its parent's scores. At
-    beta = 1 a node passes only as its parent's argmax, greedy's own tie-break."""
-    vocab = logits.size(2)
-    scores = logits.view(logits.size(0), -1).gather(1, parent * vocab + inputs[:, 1:])
-    if beta == 1:
-        passed = inputs[:, 1:] == argmax_last(logits).index_select(1, parent)
-    else:
-        best = logits.amax(dim=-1).index_select(1, parent)
-        kth = logits.topk(min(beta, vocab), dim=-1).values[..., -1].index_select(1, parent)
-        passed = (scores >= kth) & (best - scores <= tau)
-    return passed & torch.isfinite(scores)  # never a -inf draft (e.g. forced EOS)
 
 
 def walk_row(row: list, depth: int, width: int, new: int) -> list:
@@ -157,12 +162,9 @@ def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, wi
     """One row's acceptance, walked on the host: what :func:`resolve_tree`
     (and, for a chain, :func:`~.acceptance.accept_drafts`) decide.
 
-    Each draft is tested under its parent's scores: at beta = 1 in numpy (it
-    passes as the parent's argmax, the first index of the best score: greedy's
-    own tie-break, in numpy as in torch, and when it is not -inf); otherwise by
-    the shared :func:`nodes_pass`. :func:`walk_row`
-    then walks the chain and its leaves; the correction is the argmax at the end
-    of the path.
+    Each draft is tested under its parent's scores by the rule's host form
+    (:meth:`~.rules.AcceptanceRule.passes_host`); :func:`walk_row` then walks
+    the chain and its leaves; the correction is the argmax at the end of the path.
 
     Args:
         logits: (1, N, V) constrained scores (float32).
@@ -174,14 +176,8 @@ def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, wi
         return Decision(0, int(flat[0].argmax()), False, [0], [])
     inputs = tokens.tolist()[0]
     top1 = flat.argmax(axis=1)  # (N,)
-    if beta == 1:
-        parents = list(parent_list(depth, width))  # node j+1's parent input
-        passes = ((top1[parents] == inputs[1:])
-                  & np.isfinite(flat[parents, inputs[1:]])).tolist()
-    elif depth > 0:
-        passes = nodes_pass(logits, tokens, parent_index(depth, width), beta, tau)[0].tolist()
-    else:
-        passes = []
+    passes = acceptance_rule(beta, tau).passes_host(flat, inputs[1:],
+                                                    parent_list(depth, width))
     decided = walk_row(passes + top1.tolist() + inputs, depth, width, len(inputs))
     accepted, correction, leaf = decided[:3]
     return Decision(accepted, correction, bool(leaf), decided[3: 4 + depth], decided[4 + depth:])

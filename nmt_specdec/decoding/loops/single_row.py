@@ -40,6 +40,7 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_host_,
     constrain_logits_,
 )
+from nmt_specdec.decoding.decision.rules import acceptance_rule
 from nmt_specdec.decoding.decision.scores import certainty_margin, normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
 from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
@@ -147,7 +148,8 @@ class _HostRow:
             if greedy is not None:
                 return greedy
         constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
-        decided = _fused_decision(verified.decision, options.beta == 1 and not constrained,
+        exact = acceptance_rule(options.beta, options.tau).exact
+        decided = _fused_decision(verified.decision, exact and not constrained,
                                   tokens, k)
         if decided is not None:  # the call's own, on raw scores
             logits = verified.logits.float()  # (1, N, V): numpy has no bfloat16

@@ -18,6 +18,7 @@ import torch
 from nmt_specdec.errors import UserError
 
 OPTIONS = frozenset({"int8", "fused_draft"})
+DRAFTERS = ("head", "verifier-int8")  # the --spec-drafter kinds its backend makes
 
 
 def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,

@@ -370,7 +370,7 @@ class OrtBackend(Backend):
         # Freshness is checked once per batch, in encode (it walks every parameter).
         return self._verifier
 
-    def copy_drafter(self, pad: int) -> VerifierDrafter:
+    def _copy_drafter(self, pad: int) -> VerifierDrafter:
         """The 8-bit verifier graph drafting for this fp32 one (its own sessions;
         the export is cached like this backend's)."""
         if self.int8:
@@ -387,7 +387,9 @@ class OrtBackend(Backend):
 
         return VerifierDrafter(verifier, pad)
 
-    def drafter(self, pad: int) -> OrtDrafter:
+    def drafter(self, pad: int, kind: str = "head"):
+        if kind == "verifier-int8":
+            return self._copy_drafter(pad)
         if self.draft_session is None:
             raise UserError("--spec-k > 0 needs a model with a draft head")
         start = self.model.draft_head.start_state.detach().clone()

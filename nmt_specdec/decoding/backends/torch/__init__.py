@@ -9,6 +9,7 @@ read :data:`OPTIONS` while a command line is parsed); :func:`create` does.
 """
 
 OPTIONS = frozenset()  # neither --int8 nor --fused-draft
+DRAFTERS = ("head",)  # the --spec-drafter kinds its backend makes
 
 
 def create(model, tgt_dict, refine_steps=None, **options):

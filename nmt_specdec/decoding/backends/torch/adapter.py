@@ -108,6 +108,7 @@ class TorchBackend(Backend):
     """
 
     name = "torch"
+    static_passes = True
 
     def __init__(self, model: nn.Module, refine_steps: Optional[int] = None):
         super().__init__()
@@ -124,5 +125,5 @@ class TorchBackend(Backend):
             self._verifier = TorchVerifier(self.model.decoder, self)
         return self._verifier
 
-    def drafter(self, pad: int) -> DraftHeadDrafter:
+    def drafter(self, pad: int, kind: str = "head") -> DraftHeadDrafter:
         return DraftHeadDrafter(self.model.draft_head, pad, self, self.refine_steps)
