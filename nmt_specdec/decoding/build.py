@@ -158,10 +158,8 @@ def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
     # that for few positions (22 in 100 calls redone at tau=2), so it takes the fp32 one.
     # Sampling reads every probability: the same.
     exact = options.exact_scores or options.beta > 1 or sampling is not None
-    # A sample must not depend on the batch: the draft head in fp32 (4-bit activations
-    # may round differently beside other rows).
     backend = make_backend(options.backend, model, tgt_dict, options.int8, options.fused_draft,
-                           exact, options.refine_steps, exact_drafts=sampling is not None)
+                           exact, options.refine_steps)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,
                                                  backend=backend, sampling=sampling)
 

@@ -250,16 +250,3 @@ def test_equal_lines_draw_independently(toy):
     model, dictionary, source = toy
     outputs = _sampled(model, dictionary, repeated(source, 0, 16), k=2, batch=16)
     assert len(set(map(tuple, outputs))) > 1
-
-
-def test_onnx_sampling_drafts_in_fp32(toy, onnx_cache):
-    """A 4-bit draft graph quantizes its activations in blocks, which may round a
-    row differently beside other rows: a sample would depend on its batch."""
-    model, dictionary, _ = toy
-    sampled = sampling_generator(model, dictionary, generation_args(10, -1.0, 1.0, 5), 2,
-                                 "onnxruntime")
-    args = generation_args(10, -1.0, 1.0, 5)
-    args.sampling = False
-    greedy = build_decoder(model, dictionary, DecodingOptions(spec_decoding=True, k=2,
-                                                              backend="onnxruntime"), args)
-    assert not sampled.backend.int8_draft and greedy.backend.int8_draft

@@ -79,13 +79,11 @@ def check_drafter(name: str, kind: str) -> None:
 
 def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
                  fused_draft: bool = False, exact_scores: bool = False,
-                 refine_steps: Optional[int] = None, exact_drafts: bool = False) -> Backend:
+                 refine_steps: Optional[int] = None) -> Backend:
     """The backend ``name`` for ``model`` (special ids from ``tgt_dict``;
     ``exact_scores``: onnxruntime's fp32 verifier computes every logit in fp32
     instead of certifying its decisions over an 8-bit output projection;
-    ``refine_steps``: the draft head's refinement runs, None for the head's own;
-    ``exact_drafts``: the draft head in fp32 where a backend would run it in fewer
-    bits, so that a row's draft distribution never depends on its batch).
+    ``refine_steps``: the draft head's refinement runs, None for the head's own).
 
     Raises:
         UserError: unknown name, an option the backend lacks, a model it cannot
@@ -95,8 +93,7 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
     name = resolve_backend(name, weight.device, weight.dtype)
     check_backend(name, int8, fused_draft)
     return _package(name).create(model, tgt_dict, int8=int8, fused_draft=fused_draft,
-                                 exact_scores=exact_scores, refine_steps=refine_steps,
-                                 exact_drafts=exact_drafts)
+                                 exact_scores=exact_scores, refine_steps=refine_steps)
 
 
 def _package(name: str):

@@ -22,12 +22,10 @@ DRAFTERS = ("head", "verifier-int8")  # the --spec-drafter kinds its backend mak
 
 
 def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,
-           exact_scores: bool = False, refine_steps=None, exact_drafts: bool = False):
+           exact_scores: bool = False, refine_steps=None):
     """The backend for an fp32 ``model``, one per (model, options): the hub builds a
     generator per call and the evaluation one per row; each would otherwise hash
-    the weights again and hold its own copy of them in its sessions.
-    ``exact_drafts``: the draft graph in fp32, not 4 bits (whose activations,
-    quantized in blocks, may round differently beside other rows)."""
+    the weights again and hold its own copy of them in its sessions."""
     from nmt_specdec.decoding.backends.onnxruntime.session import (
         OrtBackend,
         require_onnxruntime,
@@ -38,13 +36,11 @@ def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,
         raise UserError(f"--backend onnxruntime runs fp32 models (and --int8): decode this "
                         f"{dtype} model with --backend torch")
     require_onnxruntime()
-    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores, refine_steps,
-           exact_drafts)
+    key = (tgt_dict.pad(), tgt_dict.eos(), int8, fused_draft, exact_scores, refine_steps)
     shared = _SHARED.setdefault(model, {})
     if key not in shared:
         shared[key] = OrtBackend(model, *key[:3], fused_draft=fused_draft,
-                                 certified=not exact_scores, refine_steps=refine_steps,
-                                 int8_draft=not exact_drafts)
+                                 certified=not exact_scores, refine_steps=refine_steps)
     return shared[key]
 
 
