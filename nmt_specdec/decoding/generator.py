@@ -165,7 +165,8 @@ class SpecDecGenerator(nn.Module):
                                    < self.lengths.max_positions)
         loop = loop or self.loop or choose_loop(len(batch.limits), batch.k_max,
                                                 verifier.embed.device, self.rules,
-                                                self._row_buffers)
+                                                self._row_buffers,
+                                                sampling=self.sampling is not None)
         finished = loop(parts, batch)
         self._end_batch(finished, started)
         return finished
