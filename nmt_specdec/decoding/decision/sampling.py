@@ -105,11 +105,12 @@ def accept_sampled(target: Tensor, proposal: Tensor, drafts: Tensor, accept_draw
     passed = accept_draws * q_draft < p_draft  # u < p/q without dividing by 0
     accepted = passed.long().cumprod(dim=1).bool()  # (B, K)
     num_accepted = accepted.long().sum(dim=1)  # (B,)
-    # q after the last slot is 0: the bonus token samples p itself.
-    padded = torch.cat([proposal.to(target.dtype), target.new_zeros(target[:, :1].shape)], 1)
-    at = num_accepted.view(-1, 1, 1).expand(-1, 1, target.size(-1))
-    p_stop, q_stop = target.gather(1, at).squeeze(1), padded.gather(1, at).squeeze(1)
-    residual = (p_stop - q_stop).clamp(min=0.0)
+    at = num_accepted.view(-1, 1, 1).expand(-1, 1, vocab)
+    p_stop = target.gather(1, at).squeeze(1)  # (B, V)
+    residual = p_stop
+    if num_slots:  # q after the last slot is 0: the bonus token samples p itself
+        q_stop = proposal.gather(1, at.clamp(max=num_slots - 1)).squeeze(1)
+        residual = (p_stop - q_stop * (num_accepted < num_slots).unsqueeze(1)).clamp(min=0.0)
     # Rounding may leave no mass where p == q; p itself is then the residual.
     empty = residual.sum(-1, keepdim=True) <= 0
     residual = torch.where(empty, p_stop, residual)
