@@ -2,12 +2,14 @@
 
 Decodes the first ``--sentences`` lines of ``--src-file`` at batch 1 with
 ``--sampling --sampling-topk K`` in each of: stock fairseq (``SequenceGenerator``),
-and on each of ``--backends`` the engine at K=0 (its own sampling) and SpecDec
-sampling at each ``--ks`` (drafts from the draft head's distribution), interleaved over
-``--repeats`` passes, and prints tokens per second, the ratios, tokens per
-iteration and acceptance per slot. Then it samples one sentence ``--repeat-one``
-times with fairseq's sampling and with SpecDec sampling and prints a
-chi-square two-sample test of the two output frequency tables.
+CTranslate2 (fp32, its ``sampling_topk``), and on each of ``--backends`` the
+engine at K=0 (its own sampling) and SpecDec sampling at each ``--ks`` (drafts
+from the draft head's distribution), beside greedy rows (stock, the engine's K=0
+and CTranslate2), interleaved over ``--repeats`` passes. Prints tokens per
+second, the ratios (greedy rows against stock greedy), tokens per iteration and
+acceptance per slot. Then it samples one sentence ``--repeat-one`` times with
+fairseq's sampling and with SpecDec sampling and prints a chi-square two-sample
+test of the two output frequency tables.
 
 Example (from the repository root; the test sentences as ``make quickstart``
 prepares them)::
@@ -54,11 +56,40 @@ def generation_args(topk: int, settings: dict):
                             max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"])
 
 
+def ct2_rows(task, model, model_dir: Path, settings: dict, topk: int, threads: int,
+             out: Path) -> Dict[str, object]:
+    """CTranslate2 fp32 greedy and top-k sampling on the same verifier."""
+    import ctranslate2
+
+    from nmt_specdec.decoding.options import LengthRules
+    from nmt_specdec.evaluation.ct2 import CT2Generator, convert_verifier
+
+    shipped = ShippedModel.at(model_dir)
+    converted = convert_verifier(str(shipped.checkpoint), str(model_dir), "de", "en", str(out))
+    translator = ctranslate2.Translator(converted, device="cpu", compute_type="float32",
+                                        inter_threads=1, intra_threads=threads)
+    rules = LengthRules(max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"],
+                        max_positions=model.max_decoder_positions())
+    dicts = (task.source_dictionary, task.target_dictionary)
+    return {"CTranslate2 greedy fp32": CT2Generator(translator, *dicts, rules),
+            f"CTranslate2 sampling top-{topk} fp32": CT2Generator(translator, *dicts, rules,
+                                                                 sampling_topk=topk)}
+
+
 def generators(task, model, args, ks: List[int], backends: List[str]) -> Dict[str, object]:
+    """Stock sampling first (the table's baseline), then greedy on stock and the
+    engine, then the engine's sampling at K=0 and SpecDec sampling per backend."""
+    from fairseq.dataclass.configs import GenerationConfig
+
     from nmt_specdec.decoding.build import build_decoder, fairseq_generator
     from nmt_specdec.decoding.options import DecodingOptions
 
-    made = {"stock sampling": fairseq_generator(task, model, args)()}
+    greedy = GenerationConfig(beam=1, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    made = {"stock sampling": fairseq_generator(task, model, args)(),
+            "stock greedy": fairseq_generator(task, model, greedy)()}
+    for backend in backends:
+        made[f"engine greedy K=0 {backend}"] = build_decoder(
+            model, task.target_dictionary, DecodingOptions(True, k=0, backend=backend), greedy)
     for backend in backends:
         for k in (0, *ks):
             name = f"{'engine' if k == 0 else 'SpecDec'} sampling K={k} {backend}"
@@ -109,17 +140,18 @@ def speed_table(task, model, made: Dict[str, object], samples: List[dict],
 
 
 def print_speed(rows: List[dict]) -> None:
-    """The table; ``x K=0``: against the engine's own sampling on the same backend."""
-    stock = rows[0]["tokens_per_s"]
+    """The table; ``x stock``: against stock sampling (greedy rows: stock greedy);
+    ``x K=0``: against the engine's own sampling on the same backend."""
+    speed = {r["row"]: r["tokens_per_s"] for r in rows}
     print(f"{'row':38} {'tok/s':>7} {'x stock':>8} {'x K=0':>6} {'tok/it':>7}  acceptance by slot")
     for r in rows:
-        backend = r["row"].split()[-1]
-        engine = next((e["tokens_per_s"] for e in rows
-                       if e["row"] == f"engine sampling K=0 {backend}"), r["tokens_per_s"])
+        engine = speed.get(f"engine sampling K=0 {r['row'].split()[-1]}")
+        versus = "" if engine is None else f"{r['tokens_per_s'] / engine:.2f}"
+        stock = speed["stock greedy" if "greedy" in r["row"] else "stock sampling"]
         per_it = "" if r["tokens_per_iteration"] is None else f"{r['tokens_per_iteration']:.2f}"
         slots = " ".join(f"{a:.2f}" for a in (r["slot_acceptance"] or []))
         print(f"{r['row']:38} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / stock:8.2f} "
-              f"{r['tokens_per_s'] / engine:6.2f} {per_it:>7}  {slots}")
+              f"{versus:>6} {per_it:>7}  {slots}")
 
 
 def two_sample(task, model, made, spm, line: str, count: int, k: int, backend: str) -> None:
@@ -151,6 +183,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat-one", type=int, default=2000)
+    p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 rows")
+    p.add_argument("--ct2-dir", default="work/sampling_speed_ct2",
+                   help="where the verifier is converted for CTranslate2")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -158,6 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     settings = ShippedModel.at(Path(args.model_dir)).settings
     made = generators(task, model, generation_args(args.topk, settings), args.ks,
                       args.backends)
+    if not args.no_ct2:
+        made.update(ct2_rows(task, model, Path(args.model_dir), settings, args.topk,
+                             args.threads, Path(args.ct2_dir)))
     lines = Path(args.src_file).read_text(encoding="utf-8").splitlines()[: args.sentences]
     from nmt_specdec.evaluation.machine import cpu_model
 

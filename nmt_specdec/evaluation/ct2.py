@@ -65,19 +65,22 @@ def convert_verifier(checkpoint: str, data: str, source_lang: str, target_lang: 
 
 
 class CT2Generator:
-    """CTranslate2 greedy search behind fairseq's ``generate(models, sample)``.
+    """CTranslate2 greedy search (or top-k sampling) behind fairseq's
+    ``generate(models, sample)``.
 
     Args:
         translator: a ``ctranslate2.Translator``.
         src_dict, tgt_dict: the task's dictionaries (ids <-> CTranslate2's tokens).
         rules: fairseq's length rules (one max length per batch, as fairseq's).
+        sampling_topk: CTranslate2's ``sampling_topk`` (1: greedy).
     """
 
     stats = None  # no SpecDec statistics
 
-    def __init__(self, translator, src_dict, tgt_dict, rules: LengthRules):
+    def __init__(self, translator, src_dict, tgt_dict, rules: LengthRules,
+                 sampling_topk: int = 1):
         self.translator, self.src_dict, self.tgt_dict = translator, src_dict, tgt_dict
-        self.rules = rules
+        self.rules, self.sampling_topk = rules, sampling_topk
         self.symbols_to_strip_from_output = {tgt_dict.eos()}
 
     def eval(self) -> "CT2Generator":
@@ -92,7 +95,8 @@ class CT2Generator:
         limit = int(self.rules.max_lengths(src, pad).max())
         results = self.translator.translate_batch(
             sources, beam_size=1, max_decoding_length=limit,
-            min_decoding_length=self.rules.min_len, return_scores=True)
+            min_decoding_length=self.rules.min_len, return_scores=True,
+            sampling_topk=self.sampling_topk)
         return [[self._hypothesis(result)] for result in results]
 
     def _hypothesis(self, result) -> dict:
