@@ -5,7 +5,9 @@ tensor path (:func:`~nmt_specdec.decoding.loops.decode_rows`) is the reference. 
 same iterations per sentence and the same statistics, on the shipped model's
 40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance, draft
 trees and --spec-k auto, on both backends; and at the length limits (EOS forbidden before
-``min_len``, forced at ``max_len``) and with an unk penalty, greedy and K=2.
+``min_len``, forced at ``max_len``), with an unk penalty and with a temperature,
+greedy and K=2. Sampling's host loop is held equal to the batched one in
+``test_speculative_sampling.py``.
 """
 
 from __future__ import annotations
@@ -118,3 +120,22 @@ def test_length_limits_match(shipped, backend, k, min_len, max_len_b, unkpen):
     if unkpen:
         unk = task.target_dictionary.unk()
         assert any(unk in h["tokens"].tolist() for h in results[0][0])
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+@pytest.mark.parametrize("k", [0, 2])
+def test_a_temperature_scores_the_same(shipped, backend, k):
+    # --temperature divides the logits before the softmax: the same tokens as at
+    # 1 (greedy), the scores of the tempered distribution, in both loops.
+    from nmt_specdec.decoding.options import DecodingOptions
+
+    model, task, sources = shipped
+    results = _decode_both(model, task, sources[:12], backend=backend,
+                           options=DecodingOptions(k=k), temperature=0.5)
+    _assert_same(results)
+    plain = _decode_both(model, task, sources[:12], backend=backend,
+                         options=DecodingOptions(k=k))[0][0]
+    for tempered, untempered in zip(results[0][0], plain):
+        assert torch.equal(tempered["tokens"], untempered["tokens"])
+    assert not torch.allclose(results[0][0][0]["positional_scores"],
+                              plain[0]["positional_scores"])

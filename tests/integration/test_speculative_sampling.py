@@ -250,3 +250,26 @@ def test_equal_lines_draw_independently(toy):
     model, dictionary, source = toy
     outputs = _sampled(model, dictionary, repeated(source, 0, 16), k=2, batch=16)
     assert len(set(map(tuple, outputs))) > 1
+
+
+@pytest.mark.parametrize("name,backend", [*((name, "torch") for name in sorted(SETTINGS)),
+                                          ("top-k", "onnxruntime")])
+def test_the_single_row_loop_samples_as_the_batched_loop(toy, onnx_cache, name, backend):
+    """At batch 1 on the CPU the host decides (:mod:`~nmt_specdec.decoding.loops.single_row`,
+    the host forms of the rule and the draws): the same tokens, scores, iterations
+    and acceptance as the batched loop's tensor forms, sentence by sentence."""
+    from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+
+    model, dictionary, _ = toy
+    sample = source_batch(dictionary, [3 + (7 * i) % 10 for i in range(24)], seed=5)
+    results = []
+    for loop in (decode_single_row, decode_rows):
+        generator = sampling_generator(model, dictionary,
+                                       generation_args(*SETTINGS[name][:3], 8), 2, backend)
+        generator.loop = loop
+        hyps = [generator.generate([model], select_rows(sample, [i]))[0][0] for i in range(24)]
+        results.append(([(h["tokens"].tolist(), h["positional_scores"].tolist(),
+                          h["iterations"]) for h in hyps], generator.stats.accepted_per_slot))
+    assert results[0] == results[1]
+    accepted = results[0][1]
+    assert 0 < accepted[0] < 24 * 8  # drafts were both accepted and rejected

@@ -46,8 +46,13 @@ class Constraints(NamedTuple):
     @property
     def plain(self) -> bool:
         """No option beyond pad, unk and the length limits: every loop applies them."""
-        return self.temperature == 1.0 and not self.no_repeat_ngram \
-            and not self.match_source_len
+        return self.temperature == 1.0 and self.per_row
+
+    @property
+    def per_row(self) -> bool:
+        """No option but a temperature beyond :attr:`plain`: the single-row loop
+        applies them all."""
+        return not self.no_repeat_ngram and not self.match_source_len
 
 
 def constrain_logits_(logits: Tensor, steps: Tensor, max_len: Tensor, rules: Constraints,

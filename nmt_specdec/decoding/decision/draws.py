@@ -19,6 +19,7 @@ Shapes: B rows, S slots.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -47,6 +48,15 @@ def sentence_keys(seed: int, ids: Tensor) -> Tensor:
     return _fold(_fold(start, torch.full_like(ids, seed >> 32)), ids)
 
 
+def _unit(hashed, field):
+    """53-bit integers (int64, a tensor or an array) from a row's turn hash and the
+    fields of its draws; :func:`uniforms` and :func:`uniforms_host` scale them."""
+    hashed = _permute(hashed ^ field)  # a field below 2**32
+    high = _permute(hashed ^ 0x9E3779B9) >> 6  # 26 bits
+    low = _permute(high ^ hashed) >> 5  # 27 bits
+    return high * 2 ** 27 + low
+
+
 def uniforms(keys: Tensor, turn: Tensor, slots: int) -> Tensor:
     """(B, S, 3) float64 draws strictly inside (0, 1), per row, slot and purpose
     (the last axis: :data:`DRAFT`, :data:`ACCEPT`, :data:`RESIDUAL`).
@@ -58,7 +68,12 @@ def uniforms(keys: Tensor, turn: Tensor, slots: int) -> Tensor:
     """
     field = torch.arange(slots * _PURPOSES, device=keys.device).view(1, slots, _PURPOSES)
     hashed = _fold(keys, turn).view(-1, 1, 1)  # (B, 1, 1): the row's turn
-    hashed = _permute(hashed ^ field)  # (B, S, 3): a field below 2**32
-    high = _permute(hashed ^ 0x9E3779B9) >> 6  # 26 bits
-    low = _permute(high ^ hashed) >> 5  # 27 bits
-    return ((high * 2 ** 27 + low).double() + 0.5) / 2 ** 53
+    return (_unit(hashed, field).double() + 0.5) / 2 ** 53
+
+
+def uniforms_host(key: int, turn: int, slots: int) -> np.ndarray:
+    """(S, 3) :func:`uniforms` of one row on the host, the same bits (integer
+    arithmetic in int64 either way)."""
+    field = np.arange(slots * _PURPOSES, dtype=np.int64).reshape(slots, _PURPOSES)
+    hashed = _fold(np.int64(key), np.int64(turn))
+    return (_unit(hashed, field).astype(np.float64) + 0.5) / 2 ** 53

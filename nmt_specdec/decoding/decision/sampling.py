@@ -18,18 +18,27 @@ draws, which holds for the head's slots and its refinement, but not for trees).
 Draws come from :mod:`.draws` (one uniform per slot and purpose), so a
 sentence's sample does not depend on its batch.
 
-Shapes: B rows, K draft slots, V vocabulary.
+Each step has a tensor form for B rows (:meth:`SamplingRule.distribution`,
+:func:`categorical`, :func:`accept_sampled`) and a host form for one row
+(:meth:`SamplingRule.support`, :func:`categorical_host`,
+:func:`accept_sampled_host`) that holds a distribution as its support: the same
+float64 values in the same token order, so both forms draw the same tokens
+from the same uniforms (a float64 rounding apart).
+
+Shapes: B rows, K draft slots, V vocabulary, S a support's tokens.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import List, NamedTuple, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from nmt_specdec.decoding.decision.acceptance import Acceptance
+from nmt_specdec.decoding.decision.draws import ACCEPT, RESIDUAL
 
 
 class SamplingRule(NamedTuple):
@@ -58,7 +67,46 @@ class SamplingRule(NamedTuple):
 
     def proposal(self, draft_logits: Tensor, temperature: float) -> Tensor:
         """(B, K, V) ``q``: the draft head's logits under the same temperature and cut."""
-        return self.distribution(torch.log_softmax(draft_logits.float() / temperature, -1))
+        return self.distribution(draft_lprobs(draft_logits, temperature))
+
+    def support(self, lprobs: np.ndarray) -> "Support":
+        """:meth:`distribution` of one position's (V,) float32 log-probabilities."""
+        if self.topp > 0:
+            probs = np.exp(lprobs.astype(np.float64))
+            order = np.argsort(-probs, kind="stable")
+            inside = np.cumsum(probs[order]) < self.topp
+            inside[min(int(inside.sum()), probs.size - 1)] = True
+            ids = np.sort(order[inside])
+        elif 0 < self.topk < lprobs.size:
+            kth = np.partition(lprobs, lprobs.size - self.topk)[lprobs.size - self.topk]
+            ids = np.flatnonzero(lprobs >= kth)
+        else:
+            ids = np.arange(lprobs.size)
+        probs = np.exp(lprobs[ids].astype(np.float64))
+        return Support(ids, probs / probs.sum())
+
+
+def draft_lprobs(draft_logits: Tensor, temperature: float) -> Tensor:
+    """The draft head's (B, K, V) log-probabilities under ``temperature``."""
+    return torch.log_softmax(draft_logits.float() / temperature, -1)
+
+
+class Support(NamedTuple):
+    """One position's sampling distribution on the host, where it is not 0.
+
+    Attributes:
+        ids: (S,) token ids, increasing.
+        probs: (S,) float64 probabilities of ``ids``.
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    def at(self, token: int) -> float:
+        """The probability of ``token`` (0 outside the support)."""
+        where = int(np.searchsorted(self.ids, token))
+        return float(self.probs[where]) if where < self.ids.size and \
+            self.ids[where] == token else 0.0
 
 
 def _nucleus(probs: Tensor, topp: float) -> Tensor:
@@ -78,6 +126,38 @@ def categorical(probs: Tensor, draws: Tensor) -> Tensor:
     cumulative = probs.double().cumsum(-1)
     target = draws.unsqueeze(-1) * cumulative[..., -1:]
     return (cumulative < target).sum(-1).clamp(max=probs.size(-1) - 1)
+
+
+def categorical_host(support: Support, draw: float) -> int:
+    """:func:`categorical` on the host: the zero-probability tokens that the
+    tensor form skips add exact zeros to its running sum."""
+    cumulative = np.cumsum(support.probs)
+    index = int(np.count_nonzero(cumulative < draw * cumulative[-1]))
+    return int(support.ids[min(index, support.ids.size - 1)])
+
+
+def accept_sampled_host(targets: List[Support], proposals: List[Support], drafts: List[int],
+                        draws: np.ndarray) -> Tuple[int, int]:
+    """:func:`accept_sampled` for one row: ``(accepted drafts, token after them)``.
+
+    Args:
+        targets: K+1 ``p``, proposals: K ``q``, drafts: the K drafts.
+        draws: (K+1, 3) the turn's :func:`~.draws.uniforms_host`.
+    """
+    accepted = 0
+    while accepted < len(drafts) and draws[accepted, ACCEPT] * \
+            proposals[accepted].at(drafts[accepted]) < targets[accepted].at(drafts[accepted]):
+        accepted += 1
+    target = targets[accepted]
+    residual = target
+    if accepted < len(drafts):
+        q = proposals[accepted]
+        where = np.searchsorted(q.ids, target.ids).clip(max=max(q.ids.size - 1, 0))
+        q_at = np.where(q.ids[where] == target.ids, q.probs[where], 0.0)
+        left = np.maximum(target.probs - q_at, 0.0)
+        if left.sum() > 0:  # rounding may leave no mass where p == q: p itself then
+            residual = Support(target.ids, left)
+    return accepted, categorical_host(residual, draws[accepted, RESIDUAL])
 
 
 def accept_sampled(target: Tensor, proposal: Tensor, drafts: Tensor, accept_draws: Tensor,

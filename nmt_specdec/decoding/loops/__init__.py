@@ -44,24 +44,26 @@ def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
                 static: Optional[StaticLoop] = None, sampling: bool = False) -> Loop:
     """The loop for a batch of ``rows`` sentences that drafts up to ``k_max``.
 
-    The host loops and the static loop apply fairseq's plain rules only
-    (:attr:`~..decision.constraints.Constraints.plain`); the batched loop
-    applies every option.
+    The static loop and the greedy host loop apply fairseq's plain rules only
+    (:attr:`~..decision.constraints.Constraints.plain`), the single-row loop a
+    temperature too (:attr:`~..decision.constraints.Constraints.per_row`); the
+    batched loop applies every option.
 
     Args:
         device: where the verifier's scores are (host decisions on the CPU only).
         kept: the single-row loop's buffers, kept from sentence to sentence.
         static: the generator's static loop, taken on a GPU (None: the torch
             backend's passes are not there, e.g. another backend).
-        sampling: the batch samples (:mod:`.sampled`), which the batched loop does.
+        sampling: the batch samples (:mod:`.sampled`), which the batched and the
+            single-row loop do.
     """
+    if rows == 1 and device.type == "cpu" and rules.per_row:
+        return partial(decode_single_row, kept=kept)
     if sampling:
         return decode_rows
     if static is not None and device.type == "cuda" and rules.plain:
         return static
     on_host = device.type == "cpu" and rules.plain
-    if rows == 1 and on_host:
-        return partial(decode_single_row, kept=kept)
     if k_max == 0 and on_host:
         return decode_greedy_rows
     return partial(decode_rows, greedy_on_host=on_host)

@@ -40,7 +40,13 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_host_,
     constrain_logits_,
 )
+from nmt_specdec.decoding.decision.draws import DRAFT, uniforms_host
 from nmt_specdec.decoding.decision.rules import acceptance_rule
+from nmt_specdec.decoding.decision.sampling import (
+    accept_sampled_host,
+    categorical_host,
+    draft_lprobs,
+)
 from nmt_specdec.decoding.decision.scores import certainty_margin, normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
 from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
@@ -120,6 +126,8 @@ class _HostRow:
         self.host_start[0] = 0
         self.inputs, self._views = kept.inputs, kept.views
         self.offsets = torch.arange(batch.k_max + 1)
+        self.key = int(self.rows.keys[0])  # the sentence's sampling key
+        self.draws, self.proposals = None, []  # a sampled turn's uniforms and each slot's q
 
     def draft(self, parts: LoopParts, k: int, candidates: int) -> Tensor:
         """Step 1: the (1, N) verify inputs."""
@@ -134,7 +142,23 @@ class _HostRow:
             anchor = (len(self.committed) - 1, self.committed[-1], self.final)
             request = DraftRequest(self.prefix, self.rows.lengths, self.states, self.rows.index,
                                    k, anchor)
+        if parts.sampling is not None:
+            self._sample_drafts(parts, request, k, kept[1])
+            return tokens
         return draft_inputs(parts.drafter, request, None, candidates, into=tokens)
+
+    def _sample_drafts(self, parts: LoopParts, request: Optional[DraftRequest], k: int,
+                       inputs: np.ndarray) -> None:
+        """Step 1 under sampling (:mod:`.sampled`'s, on the host): the turn's
+        draws, and each slot drawn from the head's own distribution into ``inputs``."""
+        self.draws = uniforms_host(self.key, len(self.committed), k + 1)
+        self.proposals = []
+        if request is None:
+            return
+        lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
+        self.proposals = [parts.sampling.support(row) for row in lprobs[0].numpy()]
+        inputs[0, 1:] = [categorical_host(q, u) for q, u in zip(self.proposals,
+                                                                 self.draws[:k, DRAFT])]
 
     def decide(self, parts: LoopParts, verified: Verified, tokens: Tensor, k: int,
                tree: Optional[TreeLayout], checks: tuple
@@ -142,12 +166,15 @@ class _HostRow:
         """Step 3, accept: the decision, the (N, V) scores it read and the (N,)
         normaliser, all on the host."""
         options, rules = parts.options, parts.rules
+        if parts.sampling is not None:
+            return self._sampled_decision(parts, verified, tokens, k, checks)
         if k == 0 and verified.decision is None:
             greedy = self._greedy(verified, rules, checks,
                                   certainty_margin(options.beta, options.tau))
             if greedy is not None:
                 return greedy
-        constrained = any(checks) or bool(rules.unk_penalty)  # beyond "never pad"
+        # Beyond "never pad" (the call's own decision reads untempered raw scores).
+        constrained = any(checks) or bool(rules.unk_penalty) or rules.temperature != 1
         exact = acceptance_rule(options.beta, options.tau).exact
         decided = _fused_decision(verified.decision, exact and not constrained,
                                   tokens, k)
@@ -155,21 +182,38 @@ class _HostRow:
             logits = verified.logits.float()  # (1, N, V): numpy has no bfloat16
             lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
         else:
-            if constrained:
-                offsets = self.offsets[: k + 1] if tree is None else tree.offsets
-                constrain = partial(constrain_logits_, steps=self.start.unsqueeze(1) + offsets,
-                                    max_len=self.rows.max_len, rules=rules,
-                                    check_min_len=checks[0], check_max_len=checks[1])
-            else:  # never pad: the rule that always applies, as a column write
-                constrain = partial(_constrain_on_host, rules=rules)
-            logits, lse = constrained_scores(parts.verifier, verified, constrain,
+            logits, lse = constrained_scores(parts.verifier, verified,
+                                             self._constraint(rules, k, tree, checks),
                                              certainty_margin(options.beta, options.tau),
-                                             on_host=True)
+                                             on_host=True, temperature=rules.temperature)
         flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
         if decided is None:
             width = 1 if tree is None else options.candidates
             decided = accept_host(logits, flat, tokens, k, width, options.beta, options.tau)
         return decided, flat, lse.detach().numpy()[0]
+
+    def _constraint(self, rules: Constraints, k: int, tree: Optional[TreeLayout],
+                    checks: tuple):
+        """Applies fairseq's constraints to this turn's (1, N, V) logits in place."""
+        if any(checks) or rules.unk_penalty:
+            offsets = self.offsets[: k + 1] if tree is None else tree.offsets
+            return partial(constrain_logits_, steps=self.start.unsqueeze(1) + offsets,
+                           max_len=self.rows.max_len, rules=rules,
+                           check_min_len=checks[0], check_max_len=checks[1])
+        return partial(_constrain_on_host, rules=rules)  # never pad, as a column write
+
+    def _sampled_decision(self, parts: LoopParts, verified: Verified, tokens: Tensor, k: int,
+                          checks: tuple) -> Tuple[Decision, np.ndarray, np.ndarray]:
+        """Step 3 under sampling: :func:`~..decision.sampling.accept_sampled_host`
+        on the verifier's sampling distributions, and the scores it read."""
+        logits, lse = constrained_scores(parts.verifier, verified,
+                                         self._constraint(parts.rules, k, None, checks), 0.0,
+                                         on_host=True, temperature=parts.rules.temperature)
+        flat, norm = logits.detach().numpy()[0], lse.detach().numpy()[0]
+        targets = [parts.sampling.support(row) for row in flat - norm[:, None]]
+        drafts = tokens[0, 1:].tolist()
+        accepted, token = accept_sampled_host(targets, self.proposals, drafts, self.draws)
+        return Decision(accepted, token, False, list(range(k + 1)), drafts), flat, norm
 
     def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float
                 ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:
@@ -182,7 +226,7 @@ class _HostRow:
         unk penalty with a bound (the general path constrains the same buffer
         again: the column writes below repeat harmlessly, a penalty would not)."""
         if (verified.logits.dtype is not torch.float32 or verified.normaliser is None
-                or (rules.unk_penalty and verified.bound is not None)):
+                or (rules.unk_penalty and verified.bound is not None) or rules.temperature != 1):
             return None
         flat = self._host_view(verified.logits)[0]  # (1, V)
         # The output step this position predicts: its committed tokens but BOS.
