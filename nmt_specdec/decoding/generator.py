@@ -1,8 +1,8 @@
 """The generator fairseq gets: Spec-Verify translation (Xia et al., 2023, Alg. 1).
 
 Per batch it encodes once (the backend's encoder), applies fairseq's length
-rules, allocates the cache and the token buffers (:func:`~.loops.steps.start_batch`)
-and runs the loop :func:`~.loops.choose_loop` picks for the batch, which
+rules and hands the batch (:class:`~.loops.steps.BatchStart`) to the loop
+:func:`~.loops.choose_loop` picks for it, which allocates its buffers and
 repeats draft -> verify -> accept -> commit -> bookkeep until every row has
 emitted EOS (K=0: greedy). Results come back as fairseq's hypothesis dicts.
 """
@@ -26,9 +26,9 @@ from nmt_specdec.decoding.device import attention_kernels, model_device, on_devi
 from nmt_specdec.decoding.drafters import Drafter
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_decodable
-from nmt_specdec.decoding.loops import Loop, StaticLoop, choose_loop
+from nmt_specdec.decoding.loops import BatchStart, Loop, StaticLoop, choose_loop
 from nmt_specdec.decoding.loops.single_row import RowBuffers
-from nmt_specdec.decoding.loops.steps import LoopParts, start_batch
+from nmt_specdec.decoding.loops.steps import LoopParts
 from nmt_specdec.decoding.options import DecodingOptions, LengthRules, source_lengths
 from nmt_specdec.decoding.stats import SpecDecStats
 from nmt_specdec.errors import UserError
@@ -130,70 +130,27 @@ class SpecDecGenerator(nn.Module):
         k_max = self.options.k if self.k_policy.may_draft else 0
         verifier = self.lean_verifier()
         bos = self.eos if bos_token is None else bos_token
+        start = BatchStart(sample, encoder_out, max_len, max_len.tolist(), bos, k_max,
+                           self._sentence_keys(sample, max_len))
         loop = self.loop or choose_loop(max_len.numel(), k_max, verifier.embed.device,
                                         self.rules, self._row_buffers, self._static,
                                         self.sampling is not None)
-        if isinstance(loop, StaticLoop):
-            finished = self._decode_static(loop, sample, verifier, encoder_out, max_len, bos,
-                                           k_max)
-            self._end_batch(finished, started)
-        else:
-            # A batch that will not draft (--spec-k 0, or a greedy batch of --spec-k
-            # auto) reads no draft state: the torch drafter's would cost its cross
-            # keys/values.
-            if k_max:
-                self.drafter.start_batch(sample, encoder_out)
-            finished = self.decode(verifier, encoder_out, max_len, bos, started, loop,
-                                   self._sentence_keys(sample, max_len))
-        return [[self._fairseq_hypothesis(*item)] for item in finished]
-
-    def decode(self, verifier: VerifierCalls, encoder_out, max_len: Tensor, bos: int,
-               started: Optional[float] = None, loop: Optional[Loop] = None,
-               keys: Optional[Tensor] = None) -> List[tuple]:
-        """Runs a loop of dynamic shapes (after ``k_policy.start_batch``); returns
-        (tokens, scores, iterations) per input row. ``started``: when the batch's
-        timing for the K policy began (default: now); ``loop``: default
-        :func:`~.loops.choose_loop`'s choice among them; ``keys``: the rows'
-        sentence keys (sampling only)."""
-        started = time.perf_counter() if started is None else started
-        parts = self._parts(verifier)
-        batch = start_batch(parts, encoder_out, max_len, bos, keys)
-        # A sampled row drafts K every turn where the positions allow it past the
-        # batch's longest limit, so that its draws never depend on the batch.
-        if self.sampling is not None:
-            parts = parts._replace(steady_k=max(batch.limits) + batch.k_max
-                                   < self.lengths.max_positions)
-        loop = loop or self.loop or choose_loop(len(batch.limits), batch.k_max,
-                                                verifier.embed.device, self.rules,
-                                                self._row_buffers,
-                                                sampling=self.sampling is not None)
-        finished = loop(parts, batch)
+        finished = loop(self._parts(verifier, start), start)
         self._end_batch(finished, started)
-        return finished
-
-    def _decode_static(self, loop: StaticLoop, sample: dict, verifier: VerifierCalls,
-                       encoder_out, max_len: Tensor, bos: int, k_max: int) -> List[tuple]:
-        """The static loop: the encoder output padded to the workspace's buckets,
-        the drafter started on it (``k_max``: the largest K this batch drafts)."""
-        parts = self._parts(verifier)
-        limits = max_len.tolist()
-        shape = loop.shape(parts, encoder_out, limits, k_max)
-        encoder_out = loop.pad(encoder_out, shape)
-        if k_max:
-            self.drafter.start_batch(sample, encoder_out)
-        captured = loop.capture_seconds
-        finished = loop.decode(parts, encoder_out, max_len, limits, bos, shape)
-        self.stats.capture_seconds += loop.capture_seconds - captured
-        return finished
+        return [[self._fairseq_hypothesis(*item)] for item in finished]
 
     @property
     def capture_seconds(self) -> float:
         """Time this generator has spent capturing CUDA graphs, all batches so far."""
         return 0.0 if self._static is None else self._static.capture_seconds
 
-    def _parts(self, verifier: VerifierCalls) -> LoopParts:
+    def _parts(self, verifier: VerifierCalls, start: BatchStart) -> LoopParts:
+        # A sampled row drafts K every turn where the positions allow it past the
+        # batch's longest limit, so that its draws never depend on the batch.
+        steady = (self.sampling is not None
+                  and max(start.limits) + start.k_max < self.lengths.max_positions)
         return LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
-                         verifier, self.sampling)
+                         verifier, self.sampling, steady)
 
     def _sentence_keys(self, sample: dict, max_len: Tensor) -> Optional[Tensor]:
         """(B,) the sampling draws' key of each sentence: the seed and its ``id``

@@ -9,7 +9,7 @@ import pytest
 from fairseq.dataclass.configs import GenerationConfig
 
 from nmt_specdec.decoding.k_policy import AutoK
-from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+from nmt_specdec.decoding.loops import DynamicLoop, decode_rows, decode_single_row
 from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.specdec_toy import random_specdec_model, source_batch
@@ -29,7 +29,7 @@ def _generator(model, dictionary, k: int, auto: bool, loop, caches) -> SpecDecGe
         caches.append(batch.cache)
         return loop(parts, batch)
     return SpecDecGenerator.from_generation_args(
-        model, dictionary, DecodingOptions(k=k, auto_k=auto), args, loop=run)
+        model, dictionary, DecodingOptions(k=k, auto_k=auto), args, loop=DynamicLoop(run))
 
 
 @pytest.mark.parametrize("loop", [decode_single_row, decode_rows],

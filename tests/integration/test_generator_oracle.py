@@ -212,12 +212,12 @@ def test_auto_k_learns_the_drafts_each_turn_committed(toy, batch, loop):
     # loops told --spec-k auto one fewer where the EOS was a draft (committed
     # tokens - 1), a rejection it learned from every sentence's last turn.
     from nmt_specdec.decoding.k_policy import AutoK
-    from nmt_specdec.decoding.loops import StaticLoop, decode_rows, decode_single_row
+    from nmt_specdec.decoding.loops import DynamicLoop, StaticLoop, decode_rows, decode_single_row
 
     _, model, dictionary = toy
     samples = ([select_rows(batch, [row]) for row in range(len(SOURCE_LENGTHS))]
                if loop == "single_row" else [batch] * 2)
-    run = {"single_row": decode_single_row, "batched": decode_rows,
+    run = {"single_row": DynamicLoop(decode_single_row), "batched": DynamicLoop(decode_rows),
            "static": StaticLoop(graphs=False)}[loop]
     generator = SpecDecGenerator.from_generation_args(
         model, dictionary, DecodingOptions(k=4, auto_k=True), generation_args(), None,

@@ -32,12 +32,13 @@ def _decode(model, task, sources, backend, host: bool, k: int = 0, **lengths):
     the greedy-rows loop; else the batched loop's host turn); False, the batched
     loop's tensor path throughout."""
     from nmt_specdec.decoding.backends import make_backend
-    from nmt_specdec.decoding.loops import decode_greedy_rows, decode_rows
+    from nmt_specdec.decoding.loops import DynamicLoop, decode_greedy_rows, decode_rows
 
     if host:
-        loop = decode_greedy_rows if k == 0 else partial(decode_rows, greedy_on_host=True)
+        loop = (DynamicLoop(decode_greedy_rows) if k == 0
+                else DynamicLoop(decode_rows, greedy_on_host=True))
     else:
-        loop = decode_rows
+        loop = DynamicLoop(decode_rows)
     kind, _, int8 = backend.partition("-")
     made = make_backend(kind, model, task.target_dictionary, **({"int8": True} if int8 else {}))
     generator = shipped_generator(model, task, k, backend=made, loop=loop, **lengths)

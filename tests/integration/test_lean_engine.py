@@ -16,7 +16,7 @@ from fairseq.dataclass.configs import GenerationConfig
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from nmt_specdec.decoding.loops import batched, decode_rows
+from nmt_specdec.decoding.loops import DynamicLoop, batched, decode_rows
 from nmt_specdec.decoding.generator import SpecDecGenerator
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
@@ -93,9 +93,7 @@ def test_cache_keeps_exactly_the_committed_entries(toy, k, monkeypatch):
         caches.append(batch.cache)
         return decode_rows(parts, batch)
     generator = SpecDecGenerator.from_generation_args(
-        model, dictionary, DecodingOptions(k=k), generation_args(), drafter, loop=run)
-    encoder_out = encode(model, sample)
-    verifier = generator.lean_verifier()
+        model, dictionary, DecodingOptions(k=k), generation_args(), drafter, loop=DynamicLoop(run))
     captured = {}
     original = batched._collect
 
@@ -107,18 +105,16 @@ def test_cache_keeps_exactly_the_committed_entries(toy, k, monkeypatch):
         return original(stats, rows, done, lengths, index, iterations, finished)
 
     monkeypatch.setattr(batched, "_collect", spy)
-    max_len = generator.lengths.max_lengths(sample["net_input"]["src_tokens"], dictionary.pad())
-    drafter.start_batch(sample, encoder_out)
-    finished = generator.decode(verifier, encoder_out, max_len, dictionary.eos())
+    finished = [hyps[0]["tokens"] for hyps in generator.generate([model], sample)]
     for row, (keys, used) in captured.items():
-        tokens = [dictionary.eos()] + finished[row][0].tolist()
+        tokens = [dictionary.eos()] + finished[row].tolist()
         fresh_verifier = LeanVerifier(model.decoder)
         fresh = fresh_verifier.new_cache(1, 32)
         cross = fresh_verifier.cross_states(encode(model, select_rows(sample, [row])))
         fresh_verifier.forward(torch.tensor([tokens[:used]]), torch.zeros(1, dtype=torch.long),
                                0, fresh, cross)
         torch.testing.assert_close(keys, fresh.key[:, 0, :, :used], atol=1e-5, rtol=1e-5)
-        assert finished[row][0].tolist() == references[row]
+        assert finished[row].tolist() == references[row]
 
 
 @pytest.mark.parametrize("batch_size", [1, 32])

@@ -34,9 +34,9 @@ def _generator(model, task, options, loop, backend="torch", **lengths):
 
 def _loops():
     """The single-row loop, then the reference."""
-    from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+    from nmt_specdec.decoding.loops import DynamicLoop, decode_rows, decode_single_row
 
-    return decode_single_row, decode_rows
+    return DynamicLoop(decode_single_row), DynamicLoop(decode_rows)
 
 
 def _decode_both(model, task, sources, **kwargs):

@@ -258,7 +258,7 @@ def test_the_single_row_loop_samples_as_the_batched_loop(toy, onnx_cache, name, 
     """At batch 1 on the CPU the host decides (:mod:`~nmt_specdec.decoding.loops.single_row`,
     the host forms of the rule and the draws): the same tokens, scores, iterations
     and acceptance as the batched loop's tensor forms, sentence by sentence."""
-    from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+    from nmt_specdec.decoding.loops import DynamicLoop, decode_rows, decode_single_row
 
     model, dictionary, _ = toy
     sample = source_batch(dictionary, [3 + (7 * i) % 10 for i in range(24)], seed=5)
@@ -266,7 +266,7 @@ def test_the_single_row_loop_samples_as_the_batched_loop(toy, onnx_cache, name, 
     for loop in (decode_single_row, decode_rows):
         generator = sampling_generator(model, dictionary,
                                        generation_args(*SETTINGS[name][:3], 8), 2, backend)
-        generator.loop = loop
+        generator.loop = DynamicLoop(loop)
         hyps = [generator.generate([model], select_rows(sample, [i]))[0][0] for i in range(24)]
         results.append(([(h["tokens"].tolist(), h["positional_scores"].tolist(),
                           h["iterations"]) for h in hyps], generator.stats.accepted_per_slot))

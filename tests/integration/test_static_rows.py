@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nmt_specdec.decoding.loops import StaticLoop, decode_rows
+from nmt_specdec.decoding.loops import DynamicLoop, StaticLoop, decode_rows
 from nmt_specdec.decoding.loops import static_rows
 from nmt_specdec.decoding.loops.static_rows import StaticShape, pad_encoder_out
 from nmt_specdec.decoding.options import DecodingOptions
@@ -57,7 +57,7 @@ def _stats(generator):
 def test_static_equals_batched_fp32(shipped, name, batch_size) -> None:
     model, task, sources = shipped
     options = OPTIONS[name]
-    batched = shipped_generator(model, task, options=options, loop=decode_rows)
+    batched = shipped_generator(model, task, options=options, loop=DynamicLoop(decode_rows))
     static = shipped_generator(model, task, options=options, loop=StaticLoop(graphs=False))
     theirs = decode_all(batched, model, task, sources, batch_size, scores=True)
     ours = decode_all(static, model, task, sources, batch_size, scores=True)
@@ -102,7 +102,7 @@ def test_static_equals_batched_on_a_base_shape(tmp_path) -> None:
     sample = source_batch(task.source_dictionary, [3, 9, 5, 12, 1, 7, 4, 10], seed=3)
     for k in (0, 2):
         outputs = []
-        for loop in (decode_rows, StaticLoop(graphs=False)):
+        for loop in (DynamicLoop(decode_rows), StaticLoop(graphs=False)):
             generator = SpecDecGenerator.from_generation_args(
                 model, task.target_dictionary, DecodingOptions(k=k),
                 generation_config(max_len_a=1.0, max_len_b=6), loop=loop)

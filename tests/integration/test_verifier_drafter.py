@@ -74,10 +74,10 @@ def test_auto_k_keeps_greedy_output(shipped):
 
 def test_single_row_loop_takes_the_batched_loops_iterations(shipped):
     model, task, sources, backend, _ = shipped
-    from nmt_specdec.decoding.loops import decode_rows, decode_single_row
+    from nmt_specdec.decoding.loops import DynamicLoop, decode_rows, decode_single_row
 
-    single_row = _drafting(model, task, backend, loop=decode_single_row)
-    batched = _drafting(model, task, backend, loop=decode_rows)
+    single_row = _drafting(model, task, backend, loop=DynamicLoop(decode_single_row))
+    batched = _drafting(model, task, backend, loop=DynamicLoop(decode_rows))
     assert_same_decoding(single_row, batched, model, task, sources[:20])
 
 

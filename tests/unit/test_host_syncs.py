@@ -69,13 +69,13 @@ def shipped():
 ], ids=["greedy", "chain", "tree", "auto"])
 @pytest.mark.parametrize("static", [False, True], ids=["batched", "static"])
 def test_one_host_read_per_iteration(shipped, options, static) -> None:
-    from nmt_specdec.decoding.loops import StaticLoop, decode_rows
+    from nmt_specdec.decoding.loops import DynamicLoop, StaticLoop, decode_rows
 
     model, task, batch = shipped
     # The tensor loops, a GPU's paths at any batch (on the CPU one sentence, a
     # greedy batch and a greedy turn decide on the host): the batched loop, and
     # the static loop (eager here) whose turns a GPU replays as CUDA graphs.
-    loop = StaticLoop(graphs=False) if static else decode_rows
+    loop = StaticLoop(graphs=False) if static else DynamicLoop(decode_rows)
     generator = shipped_generator(model, task, options=options, loop=loop)
     generator.generate([model], batch)  # warm: first-batch work is not the loop's
     turns = sum(generator.stats.k_chosen.values())

@@ -1,9 +1,11 @@
 """The loops that decode a batch, and the one function that chooses among them.
 
-Every loop takes the same :class:`~.steps.LoopParts` and :class:`~.steps.Batch`,
-runs the same steps (:mod:`.steps`) and decisions (:mod:`..decision`), and
-returns ``(tokens, scores, iterations)`` per input row; they differ in where a
-turn decides:
+Every loop is called the same way, ``loop(parts, start)`` with a
+:class:`~.steps.LoopParts` and a :class:`~.steps.BatchStart`, runs the same
+steps (:mod:`.steps`) and decisions (:mod:`..decision`), and returns
+``(tokens, scores, iterations)`` per input row. The loops of dynamic shapes
+are functions of the batch's :class:`~.steps.Batch`, which :class:`DynamicLoop`
+opens for them; they differ in where a turn decides:
 
 - :func:`~.batched.decode_rows` (:mod:`.batched`): B rows in tensor ops, one
   host read a turn; any batch, any device, every option;
@@ -34,9 +36,27 @@ from nmt_specdec.decoding.loops.batched import decode_rows
 from nmt_specdec.decoding.loops.greedy_rows import decode_greedy_rows
 from nmt_specdec.decoding.loops.single_row import RowBuffers, decode_single_row
 from nmt_specdec.decoding.loops.static_rows import StaticLoop
-from nmt_specdec.decoding.loops.steps import Batch, LoopParts
+from nmt_specdec.decoding.loops.steps import Batch, BatchStart, LoopParts, open_batch
 
-Loop = Union[Callable[[LoopParts, Batch], List[Optional[tuple]]], StaticLoop]
+Results = List[Optional[tuple]]
+
+
+class DynamicLoop:
+    """A loop of dynamic shapes as a loop: :func:`~.steps.open_batch`, then ``run``.
+
+    Args:
+        run: ``run(parts, batch)``, e.g. :func:`~.batched.decode_rows`.
+        settings: keyword arguments of ``run`` (bound once).
+    """
+
+    def __init__(self, run: Callable[..., Results], **settings):
+        self.run = partial(run, **settings) if settings else run
+
+    def __call__(self, parts: LoopParts, start: BatchStart) -> Results:
+        return self.run(parts, open_batch(parts, start))
+
+
+Loop = Union[DynamicLoop, StaticLoop]
 
 
 def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
@@ -58,16 +78,16 @@ def choose_loop(rows: int, k_max: int, device: torch.device, rules: Constraints,
             single-row loop do.
     """
     if rows == 1 and device.type == "cpu" and rules.per_row:
-        return partial(decode_single_row, kept=kept)
+        return DynamicLoop(decode_single_row, kept=kept)
     if sampling:
-        return decode_rows
+        return DynamicLoop(decode_rows)
     if static is not None and device.type == "cuda" and rules.plain:
         return static
     on_host = device.type == "cpu" and rules.plain
     if k_max == 0 and on_host:
-        return decode_greedy_rows
-    return partial(decode_rows, greedy_on_host=on_host)
+        return DynamicLoop(decode_greedy_rows)
+    return DynamicLoop(decode_rows, greedy_on_host=on_host)
 
 
-__all__ = ["Loop", "choose_loop", "decode_rows", "decode_single_row", "decode_greedy_rows",
-           "StaticLoop"]
+__all__ = ["Loop", "DynamicLoop", "BatchStart", "choose_loop", "decode_rows",
+           "decode_single_row", "decode_greedy_rows", "StaticLoop"]

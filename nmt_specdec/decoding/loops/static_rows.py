@@ -39,7 +39,7 @@ from torch import Tensor
 from nmt_specdec.decoding.decision.acceptance import drafts_before_eos
 from nmt_specdec.decoding.graphs import TurnGraphs
 from nmt_specdec.decoding.loops.batched import verify_turn
-from nmt_specdec.decoding.loops.steps import LoopParts, Rows, end_turn, plan_turn
+from nmt_specdec.decoding.loops.steps import BatchStart, LoopParts, Rows, end_turn, plan_turn
 from nmt_specdec.decoding.passes.verifier_pass import EncoderOut, encoder_memory
 
 SOURCE_STEP = 16  # source lengths are padded to a multiple of this
@@ -192,6 +192,18 @@ class StaticLoop:
     def capture_seconds(self) -> float:
         """Time spent capturing graphs so far (all workspaces)."""
         return sum(space.graphs.capture_seconds for space in self._spaces.values())
+
+    def __call__(self, parts: LoopParts, start: BatchStart) -> List[Optional[tuple]]:
+        """The loop of a batch: the encoder output padded to the workspace's
+        buckets, the drafter started on it (when the batch drafts), then :meth:`decode`."""
+        shape = self.shape(parts, start.encoder_out, start.limits, start.k_max)
+        encoder_out = self.pad(start.encoder_out, shape)
+        if start.k_max:
+            parts.drafter.start_batch(start.sample, encoder_out)
+        captured = self.capture_seconds
+        finished = self.decode(parts, encoder_out, start.max_len, start.limits, start.bos, shape)
+        parts.stats.capture_seconds += self.capture_seconds - captured
+        return finished
 
     def shape(self, parts: LoopParts, encoder_out: EncoderOut, limits: List[int],
               k_max: int) -> StaticShape:

@@ -1,9 +1,10 @@
 """The steps of a Spec-Verify turn that every loop of :mod:`.` shares.
 
-Every loop starts from the same :class:`Batch` and takes the generator's parts
-as a :class:`LoopParts`, so none reaches into the generator or another loop:
+Every loop takes the generator's parts as a :class:`LoopParts` and the batch as
+a :class:`BatchStart`, so none reaches into the generator or another loop:
 
-- :func:`start_batch`: the buffers, the cache and the encoder keys/values;
+- :func:`open_batch`: a loop of dynamic shapes starts the drafter and allocates
+  its :class:`Batch` (buffers, cache, encoder keys/values);
 - :func:`plan_turn`: K and which length rules may apply, from host ints;
 - :func:`draft_inputs`: 1. draft, giving the verify inputs;
 - :func:`constrained_scores`: 2. verify's scores, constrained (and exact where an
@@ -84,6 +85,28 @@ class Rows(NamedTuple):
     keys: Tensor
 
 
+class BatchStart(NamedTuple):
+    """A batch as the generator hands it to a loop: encoded, its limits known.
+
+    Attributes:
+        sample: fairseq's sample (the drafter's :meth:`~..drafters.Drafter.start_batch` reads it).
+        encoder_out: the backend's encoder output.
+        max_len: (B,) output step at which EOS is forced.
+        limits: ``max_len`` on the host.
+        bos: the first decoder input.
+        k_max: the largest K this batch drafts (0: the K policy will not draft).
+        keys: (B,) the rows' sentence keys (:attr:`Rows.keys`; None: 0, nothing samples).
+    """
+
+    sample: dict
+    encoder_out: Any
+    max_len: Tensor
+    limits: List[int]
+    bos: int
+    k_max: int
+    keys: Optional[Tensor] = None
+
+
 class Batch(NamedTuple):
     """A batch ready to decode.
 
@@ -102,37 +125,31 @@ class Batch(NamedTuple):
     k_max: int
 
 
-def start_batch(parts: LoopParts, encoder_out: Any, max_len: Tensor, bos: int,
-                keys: Optional[Tensor] = None) -> Batch:
-    """Allocates a batch's buffers and cache at their largest size (one host read).
-
-    Args:
-        encoder_out: the backend's encoder output.
-        max_len: (B,) output step at which EOS is forced.
-        bos: the first decoder input.
-        keys: (B,) the rows' sentence keys (default: 0, for loops that do not sample).
-    """
-    batch, options, verifier = max_len.numel(), parts.options, parts.verifier
-    k_max = options.k if parts.k_policy.may_draft else 0
-    limits = max_len.tolist()
+def open_batch(parts: LoopParts, start: BatchStart) -> Batch:
+    """Starts the drafter on a batch that drafts (one that does not reads no draft
+    state: the torch drafter's would cost its cross keys/values) and allocates the
+    buffers and cache at their largest size."""
+    batch, options, verifier = start.max_len.numel(), parts.options, parts.verifier
+    if start.k_max:
+        parts.drafter.start_batch(start.sample, start.encoder_out)
     # Committed tokens never pass max_len + 1; a pass writes up to K*C inputs after them.
-    width = max(limits) + k_max * options.candidates + 2
-    cross = verifier.cross_states(encoder_out)
+    width = max(start.limits) + start.k_max * options.candidates + 2
+    cross = verifier.cross_states(start.encoder_out)
     cache = verifier.new_cache(batch, width)
-    tokens = max_len.new_full((batch, width + 1), parts.rules.pad)
-    tokens[:, 0] = bos
+    tokens = start.max_len.new_full((batch, width + 1), parts.rules.pad)
+    tokens[:, 0] = start.bos
     like = verifier.embed
     rows = Rows(
-        index=torch.arange(batch, device=max_len.device),
+        index=torch.arange(batch, device=start.max_len.device),
         tokens=tokens,
         # Scores stay float32 whatever the model's precision (fairseq's are too).
         scores=torch.zeros(batch, width + 1, device=like.device),
-        lengths=max_len.new_ones(batch),
-        max_len=max_len,
+        lengths=start.max_len.new_ones(batch),
+        max_len=start.max_len,
         states=parts.drafter.start_states(batch, like),
-        keys=torch.zeros_like(max_len) if keys is None else keys,
+        keys=torch.zeros_like(start.max_len) if start.keys is None else start.keys,
     )
-    return Batch(rows, cache, cross, limits, k_max)
+    return Batch(rows, cache, cross, start.limits, start.k_max)
 
 
 def plan_turn(parts: LoopParts, k_max: int, turn: int, longest: int,
