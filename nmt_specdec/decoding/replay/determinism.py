@@ -32,7 +32,9 @@ from typing import Dict, List, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
+from nmt_specdec.decoding.decision.acceptance import commit_host
 from nmt_specdec.decoding.decision.constraints import Constraints, constrain_logits_
+from nmt_specdec.decoding.decision.tree import walk_row
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.options import LengthRules
@@ -60,7 +62,10 @@ class WindowWalk(NamedTuple):
 
 def walk_window(preds: List[int], scores: List[float], inputs: List[int], first: int,
                 eos: int) -> WindowWalk:
-    """Accepts proposed inputs while they equal the replay's predictions.
+    """Accepts proposed inputs while they equal the replay's predictions: the
+    engine's walk (:func:`~..decision.tree.walk_row`, a chain) and commit
+    (:func:`~..decision.acceptance.commit_host`) under the exact greedy test, a
+    draft passing as its position's argmax.
 
     Args:
         preds: (W,) replay top-1 after each input of the window.
@@ -72,17 +77,15 @@ def walk_window(preds: List[int], scores: List[float], inputs: List[int], first:
     Returns:
         The :class:`WindowWalk`.
     """
-    tokens: List[int] = []
-    taken: List[float] = []
-    for p in range(first, len(preds)):
-        tokens.append(preds[p])
-        taken.append(scores[p])
-        if preds[p] == eos:
-            return WindowWalk(tokens, taken, True, False)
-        if p + 1 < len(preds) and inputs[p + 1] != preds[p]:
-            return WindowWalk(tokens, taken, False, False)
-    # The prediction after the last input belongs to the next window.
-    return WindowWalk(tokens, taken, False, True)
+    new = len(preds) - first  # the last committed input, then the window's proposals
+    drafts = inputs[first + 1:]
+    passes = [draft == pred for draft, pred in zip(drafts, preds[first:])]
+    accepted, correction = walk_row(passes + preds[first:] + inputs[first:], new - 1, 1, new)[:2]
+    tokens, finished = commit_host(drafts, accepted, correction, eos)
+    # All proposals taken: the prediction after the last input was committed as
+    # the correction, and the window's cache entries are final.
+    return WindowWalk(tokens, scores[first: first + len(tokens)], finished,
+                      not finished and accepted == new - 1)
 
 
 @dataclass
