@@ -157,7 +157,7 @@ def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
     # beta > 1 reads every token within tau of the best: an 8-bit projection certifies
     # that for few positions (22 in 100 calls redone at tau=2), so it takes the fp32 one.
     # Sampling reads every probability: the same.
-    exact = options.exact_scores or options.beta > 1 or sampling is not None
+    exact = options.exact_scores or not options.acceptance.exact or sampling is not None
     backend = make_backend(options.backend, model, tgt_dict, options.int8, options.fused_draft,
                            exact, options.refine_steps)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backend
+from nmt_specdec.decoding.decision.rules import AcceptanceRule, acceptance_rule
 from nmt_specdec.errors import UserError
 
 # --spec-drafter: the model's draft head, or the verifier's 8-bit copy.
@@ -145,6 +146,11 @@ class DecodingOptions:
         if self.deterministic and self.spec_decoding and self.beta != 1:
             raise UserError("--deterministic needs --spec-beta 1 (relaxed acceptance depends "
                             "on the drafts the batch happened to propose)")
+
+    @property
+    def acceptance(self) -> AcceptanceRule:
+        """The draft test of ``beta`` and ``tau`` (:mod:`.decision.rules`)."""
+        return acceptance_rule(self.beta, self.tau)
 
     @classmethod
     def from_flags(cls, flags: Any) -> "DecodingOptions":

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nmt_specdec.decoding.decision.rules import acceptance_rule
 from nmt_specdec.decoding.decision.acceptance import accept_drafts
 
 VALUES = (-math.inf, -9.0, -4.0, -2.5, -1.5, -1.0, -0.5, -0.25, 0.0)
@@ -65,7 +66,7 @@ def passes(lprobs_bi, draft, beta, tau) -> bool:
 def test_accept_drafts_properties(case):
     lprobs, drafts, beta, tau = case
     batch, k = drafts.shape
-    r = accept_drafts(lprobs, drafts, beta, tau)
+    r = accept_drafts(lprobs, drafts, acceptance_rule(beta, tau))
     assert r.accepted.shape == (batch, k)
     for b in range(batch):
         n = int(r.num_accepted[b])
@@ -91,7 +92,7 @@ def test_accept_drafts_properties(case):
 @given(cases())
 def test_beta1_infinite_tau_accepts_exactly_the_greedy_prefix(case):
     lprobs, drafts, _, _ = case
-    r = accept_drafts(lprobs, drafts, beta=1, tau=math.inf)
+    r = accept_drafts(lprobs, drafts, acceptance_rule(1, math.inf))
     for b in range(drafts.size(0)):
         # Greedy prefix: each draft is greedy's choice (the first of tied tokens).
         matches = [d == first_best(lprobs[b, i]) and math.isfinite(float(lprobs[b, i, d]))
@@ -104,7 +105,7 @@ def test_beta1_infinite_tau_accepts_exactly_the_greedy_prefix(case):
 @given(cases())
 def test_relaxing_beta_or_tau_never_accepts_fewer(case):
     lprobs, drafts, beta, tau = case
-    base = accept_drafts(lprobs, drafts, beta, tau).num_accepted
-    wider = accept_drafts(lprobs, drafts, beta + 1, tau).num_accepted
-    looser = accept_drafts(lprobs, drafts, beta, tau + 1.0).num_accepted
+    base = accept_drafts(lprobs, drafts, acceptance_rule(beta, tau)).num_accepted
+    wider = accept_drafts(lprobs, drafts, acceptance_rule(beta + 1, tau)).num_accepted
+    looser = accept_drafts(lprobs, drafts, acceptance_rule(beta, tau + 1.0)).num_accepted
     assert (wider >= base).all() and (looser >= base).all()

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from nmt_specdec.decoding.decision.rules import acceptance_rule
 from nmt_specdec.decoding.decision.acceptance import Acceptance, accept_drafts, commit_tokens
 from nmt_specdec.decoding.decision.constraints import Constraints, constrain_logits_
 
@@ -57,7 +58,7 @@ def greedy_case(batch: int, k: int):
 def test_beta1_is_exact_greedy(batch, k):
     lprobs, drafts, expected, tops = greedy_case(batch, k)
     before = (lprobs.clone(), drafts.clone())
-    result = accept_drafts(lprobs, drafts, beta=1, tau=INF)
+    result = accept_drafts(lprobs, drafts, acceptance_rule(1, INF))
     assert result.num_accepted.tolist() == expected
     # The correction is the verifier's top-1 at the first rejected slot (the
     # bonus token top-1 at position K when all K were accepted).
@@ -77,7 +78,7 @@ def test_scripted_table_beta1():
         [4, 7, 5],  # all three are the top-1 -> accept 3, bonus = EOS (pos3 top-1)
         [4, 8, 5],  # 8 is only 2nd at pos1 -> accept 1, correction = 7
     ])
-    result = accept_drafts(lprobs, drafts, beta=1, tau=0.0)
+    result = accept_drafts(lprobs, drafts, acceptance_rule(1, 0.0))
     assert result.num_accepted.tolist() == [3, 1]
     assert result.correction.tolist() == [EOS, 7]
     assert result.accepted.tolist() == [[True, True, True], [True, False, False]]
@@ -92,18 +93,18 @@ def test_beta_greater_than_one_accepts_within_top_beta(batch, k):
     third = torch.full((batch, k), 6)
     # beta=2, no margin: the 2nd-best passes everywhere -> all K accepted,
     # bonus = top-1 of the last position = 4.
-    r = accept_drafts(lprobs, second, beta=2, tau=INF)
+    r = accept_drafts(lprobs, second, acceptance_rule(2, INF))
     assert r.num_accepted.tolist() == [k] * batch
     assert r.correction.tolist() == [4] * batch
     # beta=2: the 3rd-best is outside the top-2 -> rejected at slot 1.
-    r = accept_drafts(lprobs, third, beta=2, tau=INF)
+    r = accept_drafts(lprobs, third, acceptance_rule(2, INF))
     assert r.num_accepted.tolist() == [0] * batch
     assert r.correction.tolist() == [4] * batch
     # beta=3 admits the 3rd-best.
-    r = accept_drafts(lprobs, third, beta=3, tau=INF)
+    r = accept_drafts(lprobs, third, acceptance_rule(3, INF))
     assert r.num_accepted.tolist() == [k] * batch
     # beta=1 is greedy again: the 2nd-best is rejected.
-    r = accept_drafts(lprobs, second, beta=1, tau=INF)
+    r = accept_drafts(lprobs, second, acceptance_rule(1, INF))
     assert r.num_accepted.tolist() == [0] * batch
 
 
@@ -115,15 +116,15 @@ def test_tau_margin(batch, k):
     second = torch.full((batch, k), 5)
     third = torch.full((batch, k), 6)
     # Eq. 4 uses "<= tau": a gap equal to tau passes.
-    assert accept_drafts(lprobs, second, beta=3, tau=1.0).num_accepted.tolist() == [k] * batch
-    assert accept_drafts(lprobs, second, beta=3, tau=0.99).num_accepted.tolist() == [0] * batch
+    assert accept_drafts(lprobs, second, acceptance_rule(3, 1.0)).num_accepted.tolist() == [k] * batch
+    assert accept_drafts(lprobs, second, acceptance_rule(3, 0.99)).num_accepted.tolist() == [0] * batch
     # In the top-3 but 2.5 below the best: the margin rejects it.
-    assert accept_drafts(lprobs, third, beta=3, tau=2.0).num_accepted.tolist() == [0] * batch
-    assert accept_drafts(lprobs, third, beta=3, tau=2.5).num_accepted.tolist() == [k] * batch
+    assert accept_drafts(lprobs, third, acceptance_rule(3, 2.0)).num_accepted.tolist() == [0] * batch
+    assert accept_drafts(lprobs, third, acceptance_rule(3, 2.5)).num_accepted.tolist() == [k] * batch
     # tau=0 admits only the top-1 whatever beta is.
     top = torch.full((batch, k), 4)
-    assert accept_drafts(lprobs, top, beta=5, tau=0.0).num_accepted.tolist() == [k] * batch
-    assert accept_drafts(lprobs, second, beta=5, tau=0.0).num_accepted.tolist() == [0] * batch
+    assert accept_drafts(lprobs, top, acceptance_rule(5, 0.0)).num_accepted.tolist() == [k] * batch
+    assert accept_drafts(lprobs, second, acceptance_rule(5, 0.0)).num_accepted.tolist() == [0] * batch
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -135,13 +136,13 @@ def test_minus_inf_draft_never_accepted_even_with_large_beta(batch, k):
     lprobs = torch.full((batch, k + 1, V), -INF)
     lprobs[:, :, EOS] = -0.1
     drafts = torch.full((batch, k), 7)
-    r = accept_drafts(lprobs, drafts, beta=V, tau=INF)
+    r = accept_drafts(lprobs, drafts, acceptance_rule(V, INF))
     assert r.num_accepted.tolist() == [0] * batch
     assert r.correction.tolist() == [EOS] * batch
     # Draft slot 1 right, slot 2 a -inf token: exactly one accepted.
     if k > 1:
         drafts[:, 0] = EOS
-        r = accept_drafts(lprobs, drafts, beta=V, tau=INF)
+        r = accept_drafts(lprobs, drafts, acceptance_rule(V, INF))
         assert r.num_accepted.tolist() == [1] * batch
 
 
@@ -152,7 +153,7 @@ def test_all_accepted_gives_bonus_token(batch, k):
     # 9 first: that is the bonus token.
     rankings = [[(4 + i % 5, 3) for i in range(k)] + [(9, 4)]] * batch
     drafts = torch.tensor([[4 + i % 5 for i in range(k)]] * batch)
-    r = accept_drafts(table(rankings), drafts, beta=1, tau=0.0)
+    r = accept_drafts(table(rankings), drafts, acceptance_rule(1, 0.0))
     assert r.num_accepted.tolist() == [k] * batch
     assert r.accepted.all()
     assert r.correction.tolist() == [9] * batch
@@ -165,7 +166,7 @@ def test_first_slot_reject_gives_verifier_top1(batch, k):
     # first slot fails, so nothing is accepted and the correction is 8.
     rankings = [[(8, 4)] + [(4, 8)] * k] * batch
     drafts = torch.full((batch, k), 4)
-    r = accept_drafts(table(rankings), drafts, beta=1, tau=0.0)
+    r = accept_drafts(table(rankings), drafts, acceptance_rule(1, 0.0))
     assert r.num_accepted.tolist() == [0] * batch
     assert not r.accepted.any()
     assert r.correction.tolist() == [8] * batch
@@ -176,7 +177,7 @@ def test_k_zero(batch):
     # No drafts (at the max length): one position, the correction is its top-1.
     lprobs = table([[(6, 4)]] * batch)  # (B, 1, V)
     drafts = torch.zeros(batch, 0, dtype=torch.long)
-    r = accept_drafts(lprobs, drafts, beta=1, tau=0.0)
+    r = accept_drafts(lprobs, drafts, acceptance_rule(1, 0.0))
     assert r.accepted.shape == (batch, 0)
     assert r.num_accepted.tolist() == [0] * batch
     assert r.correction.tolist() == [6] * batch
@@ -190,7 +191,7 @@ def test_rows_are_independent():
         [(4, 5), (5, 4), (8, 4)],
     ]
     drafts = torch.tensor([[4, 5], [5, 5], [4, 4]])
-    r = accept_drafts(table(rankings), drafts, beta=1, tau=0.0)
+    r = accept_drafts(table(rankings), drafts, acceptance_rule(1, 0.0))
     assert r.num_accepted.tolist() == [2, 0, 1]
     assert r.correction.tolist() == [6, 4, 5]
 
@@ -203,21 +204,20 @@ def test_beta1_ties_go_to_greedys_argmax():
     lprobs = torch.full((1, 2, V), REST)
     lprobs[0, 0, 5] = lprobs[0, 0, 7] = -0.7
     lprobs[0, 1, 4] = -0.1
-    r = accept_drafts(lprobs, torch.tensor([[9]]), beta=1, tau=0.0)
+    r = accept_drafts(lprobs, torch.tensor([[9]]), acceptance_rule(1, 0.0))
     assert r.correction.tolist() == [5]
-    r = accept_drafts(lprobs, torch.tensor([[5]]), beta=1, tau=0.0)
+    r = accept_drafts(lprobs, torch.tensor([[5]]), acceptance_rule(1, 0.0))
     assert (r.num_accepted.tolist(), r.correction.tolist()) == ([1], [4])  # the bonus
-    r = accept_drafts(lprobs, torch.tensor([[7]]), beta=1, tau=0.0)
+    r = accept_drafts(lprobs, torch.tensor([[7]]), acceptance_rule(1, 0.0))
     assert (r.num_accepted.tolist(), r.correction.tolist()) == ([0], [5])
-    r = accept_drafts(lprobs, torch.tensor([[7]]), beta=2, tau=0.0)
+    r = accept_drafts(lprobs, torch.tensor([[7]]), acceptance_rule(2, 0.0))
     assert (r.num_accepted.tolist(), r.correction.tolist()) == ([1], [4])
 
 
 @pytest.mark.parametrize("beta, tau", [(0, 0.0), (-1, 1.0), (1, -0.1)])
 def test_bad_options_raise(beta, tau):
-    lprobs = table([[(4,), (4,)]])
     with pytest.raises(ValueError):
-        accept_drafts(lprobs, torch.tensor([[4]]), beta=beta, tau=tau)
+        acceptance_rule(beta, tau)
 
 
 # --------------------------------------------------------------------------- commit
@@ -335,7 +335,7 @@ def test_constrain_unk_penalty():
 
 
 def test_argmax_last_is_torch_argmax_ties_and_views_included():
-    from nmt_specdec.decoding.decision.acceptance import argmax_last
+    from nmt_specdec.decoding.decision.rules import argmax_last
 
     torch.manual_seed(0)
     scores = torch.randn(5, 3, 40)

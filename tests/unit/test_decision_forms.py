@@ -19,6 +19,7 @@ import math
 import pytest
 import torch
 
+from nmt_specdec.decoding.decision.rules import acceptance_rule
 from nmt_specdec.decoding.decision.acceptance import (
     Acceptance,
     accept_drafts,
@@ -83,10 +84,10 @@ def test_the_host_rows_equal_the_tensor_constraints(unk_penalty):
 def shared_decision(logits, inputs, depth, width, beta=1, tau=0.0):
     """(accepted, correction, path, drafts) from the tensor code the batched loop runs."""
     if width > 1:
-        outcome = resolve_tree(logits, inputs, depth, beta, tau)
+        outcome = resolve_tree(logits, inputs, depth, acceptance_rule(beta, tau))
         return (int(outcome.acceptance.num_accepted[0]), int(outcome.acceptance.correction[0]),
                 outcome.path[0].tolist(), outcome.drafts[0].tolist())
-    acceptance = accept_drafts(logits, inputs[:, 1:], beta, tau)
+    acceptance = accept_drafts(logits, inputs[:, 1:], acceptance_rule(beta, tau))
     return (int(acceptance.num_accepted[0]), int(acceptance.correction[0]),
             list(range(depth + 1)), inputs[0, 1:].tolist())
 
@@ -116,7 +117,8 @@ def case(seed, depth, width, ties: bool, minus_inf: bool):
 def test_the_host_acceptance_equals_the_tensor_acceptance(depth, width, ties, minus_inf, beta, tau):
     for seed in range(60):
         logits, inputs = case(seed, depth, width, ties, minus_inf)
-        decided = accept_host(logits, logits[0].numpy(), inputs, depth, width, beta, tau)
+        decided = accept_host(logits, logits[0].numpy(), inputs, depth, width,
+                                  acceptance_rule(beta, tau))
         assert (decided.accepted, decided.correction, decided.path, decided.drafts) == \
             shared_decision(logits, inputs, depth, width, beta, tau), seed
         assert decided.leaf == (decided.path != list(range(depth + 1)))
@@ -136,7 +138,8 @@ def test_fused_graph_walk_decides_as_the_host(depth, width, ties, minus_inf):
         accepted, correction, final, tie = greedy_walk(
             batch, torch.cat([inputs, inputs]), torch.tensor(parent_list(depth, width)),
             depth)[0].tolist()
-        host = accept_host(logits, logits[0].numpy(), inputs, depth, width, 1, 0.0)
+        host = accept_host(logits, logits[0].numpy(), inputs, depth, width,
+                           acceptance_rule(1, 0.0))
         assert (accepted, final) == (host.accepted, host.path[host.accepted]), seed
         assert tie == (int((logits[0, final] == logits[0, final].max()).sum()) > 1), seed
         if not tie:

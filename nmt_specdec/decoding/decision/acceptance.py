@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.rules import acceptance_rule, argmax_last  # noqa: F401
+from nmt_specdec.decoding.decision.rules import AcceptanceRule, argmax_last
 from nmt_specdec.decoding.decision.tree import Acceptance, resolve_tree
 
 
@@ -48,7 +48,7 @@ class Commit(NamedTuple):
     finished: Tensor
 
 
-def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acceptance:
+def accept_drafts(lprobs: Tensor, drafts: Tensor, rule: AcceptanceRule) -> Acceptance:
     """Applies the Spec-Verify criterion (Eq. 4) to a block of drafts.
 
     Works on log-probabilities or on raw logits alike: ranks and margins do not
@@ -67,13 +67,12 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
         lprobs: (B, K+1, V) verifier scores, already constrained (pad,
             min/max length); position i scores the token after draft i-1.
         drafts: (B, K) draft tokens.
-        beta: top-beta width (>= 1). ``beta=1`` is exactly greedy decoding.
-        tau: log-probability margin to the top-1 (>= 0; ``math.inf`` disables it).
+        rule: the draft test (:func:`~.rules.acceptance_rule` of ``--spec-beta``
+            and ``--spec-tau``; ``ExactGreedy``, beta = 1, is exactly greedy decoding).
 
     Returns:
         The :class:`Acceptance` of each row.
     """
-    acceptance_rule(beta, tau)  # validates beta and tau
     num_slots = drafts.size(1)
     if num_slots == 0:  # plain greedy: the top-1 of the one position
         correction = argmax_last(lprobs[:, 0])
@@ -81,7 +80,7 @@ def accept_drafts(lprobs: Tensor, drafts: Tensor, beta: int, tau: float) -> Acce
                           correction.new_zeros(correction.shape), correction)
     # A chain is a tree of width one; its first input (the last committed token)
     # is not tested.
-    return resolve_tree(lprobs, F.pad(drafts, (1, 0)), num_slots, beta, tau).acceptance
+    return resolve_tree(lprobs, F.pad(drafts, (1, 0)), num_slots, rule).acceptance
 
 
 def commit_tokens(drafts: Tensor, acceptance: Acceptance, eos: int, pad: int) -> Commit:

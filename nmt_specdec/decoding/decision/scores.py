@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.rules import acceptance_rule
 
 
 def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:
@@ -40,13 +39,8 @@ def certain(best: Tensor, bound: Tensor, margin: float) -> bool:
         best: (B, N) best constrained logit per position.
         bound: (B, N) the verifier's bound (:class:`~.backends.base.Verified`):
             no inexact logit lies above it.
-        margin: how far below the best a token still matters (0 at beta = 1;
-            tau for beta > 1, whose criterion reads every token within tau).
+        margin: how far below the best a token still matters (the rule's
+            :attr:`~.rules.AcceptanceRule.margin`: 0 at beta = 1; tau for beta > 1,
+            whose criterion reads every token within tau).
     """
     return bool((best > bound + margin).all())
-
-
-def certainty_margin(beta: int, tau: float) -> float:
-    """The ``margin`` of :func:`certain` for these acceptance settings (the rule's,
-    :attr:`~.rules.AcceptanceRule.margin`)."""
-    return acceptance_rule(beta, tau).margin

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.rules import acceptance_rule, argmax_last
+from nmt_specdec.decoding.decision.rules import AcceptanceRule, argmax_last
 
 
 class Acceptance(NamedTuple):
@@ -71,8 +71,8 @@ class TreeOutcome(NamedTuple):
     drafts: Tensor
 
 
-def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
-                 tau: float) -> TreeOutcome:
+def resolve_tree(logits: Tensor, inputs: Tensor, depth: int,
+                 rule: AcceptanceRule) -> TreeOutcome:
     """Acceptance over a chain-with-leaves block, in whole-block tensor ops (no
     host read, so the loop keeps its one synchronisation per iteration).
 
@@ -87,12 +87,11 @@ def resolve_tree(logits: Tensor, inputs: Tensor, depth: int, beta: int,
         logits: (B, N, V) constrained verifier scores of the flat block.
         inputs: (B, N) the block as verified (:func:`flatten_candidates`).
         depth: K.
-        beta, tau: the acceptance criterion (see :func:`~.acceptance.accept_drafts`).
+        rule: the draft test (:mod:`.rules`).
     """
     batch, new, vocab = logits.shape
     width = (new - 1) // depth  # C
     # Node j+1 is tested under its parent input's scores (a chain's: input j).
-    rule = acceptance_rule(beta, tau)
     passed = (rule.passes(logits[:, :depth], inputs[:, 1:]) if width == 1 else
               rule.passes(logits, inputs[:, 1:], parent_index(depth, width, logits.device)))
     reached = passed[:, :depth].long().cumprod(dim=1).sum(dim=1)  # (B,) chain drafts
@@ -158,7 +157,7 @@ _PARENTS: dict = {}  # built once per shape and device (the loop's hot path read
 
 
 def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, width: int,
-                beta: int, tau: float) -> Decision:
+                rule: AcceptanceRule) -> Decision:
     """One row's acceptance, walked on the host: what :func:`resolve_tree`
     (and, for a chain, :func:`~.acceptance.accept_drafts`) decide.
 
@@ -171,13 +170,13 @@ def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, wi
         flat: ``logits[0]`` as a numpy view.
         tokens: (1, N) the verified inputs (last committed token, then the drafts).
         depth, width: K and C (1: a chain).
+        rule: the draft test (:mod:`.rules`).
     """
     if depth == 0:  # a greedy turn: the argmax, nothing to walk
         return Decision(0, int(flat[0].argmax()), False, [0], [])
     inputs = tokens.tolist()[0]
     top1 = flat.argmax(axis=1)  # (N,)
-    passes = acceptance_rule(beta, tau).passes_host(flat, inputs[1:],
-                                                    parent_list(depth, width))
+    passes = rule.passes_host(flat, inputs[1:], parent_list(depth, width))
     decided = walk_row(passes + top1.tolist() + inputs, depth, width, len(inputs))
     accepted, correction, leaf = decided[:3]
     return Decision(accepted, correction, bool(leaf), decided[3: 4 + depth], decided[4 + depth:])

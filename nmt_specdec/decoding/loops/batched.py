@@ -34,7 +34,7 @@ from nmt_specdec.decoding.decision.constraints import (
     repeated_ngram_bans,
     search_rules_,
 )
-from nmt_specdec.decoding.decision.scores import certainty_margin, positional_scores
+from nmt_specdec.decoding.decision.scores import positional_scores
 from nmt_specdec.decoding.decision.tree import resolve_tree
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, tree_layout
 from nmt_specdec.decoding.drafters import DraftRequest
@@ -140,7 +140,7 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
     verified = parts.verifier.verify(inputs, steps, longest - 1, cache, cross, uniform, layout)
     if k == 0 and greedy_on_host and verified.decision is None and parts.sampling is None:
         return greedy_turn_on_host(parts.verifier, parts.rules, rows, verified, checks,
-                                   certainty_margin(options.beta, options.tau))
+                                   options.acceptance.margin)
     constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,
                         max_len=rows.max_len, rules=parts.rules, check_min_len=checks[0],
                         check_max_len=checks[1])
@@ -148,12 +148,12 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
         constrain = _with_search_rules(constrain, parts.rules, rows, inputs, layout,
                                        steps.unsqueeze(1) + offsets)
     logits, lse = constrained_scores(parts.verifier, verified, constrain,
-                                     certainty_margin(options.beta, options.tau),
+                                     options.acceptance.margin,
                                      temperature=parts.rules.temperature)
     hidden = verified.hidden  # (B, N, C)
     # 3. accept and commit
     if tree:  # from here on the accepted path is a chain of K+1 positions
-        acceptance, path, drafts = resolve_tree(logits, inputs, k, options.beta, options.tau)
+        acceptance, path, drafts = resolve_tree(logits, inputs, k, options.acceptance)
         # Every row moves its path's keys (a chain's onto themselves): deciding
         # which rows took a leaf would cost a host read.
         move_leaf_keys(cache, steps, path, acceptance.num_accepted)
@@ -162,7 +162,7 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
         hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
     else:
         drafts = inputs[:, 1:]  # (B, K)
-        acceptance = (accept_drafts(logits, drafts, options.beta, options.tau)
+        acceptance = (accept_drafts(logits, drafts, options.acceptance)
                       if parts.sampling is None else
                       sampled_acceptance(parts.sampling, logits, lse, inputs, proposal))
     commit = commit_tokens(drafts, acceptance, parts.rules.eos, parts.rules.pad)

@@ -40,7 +40,7 @@ from torch import Tensor
 from nmt_specdec.decoding.decision.acceptance import Commit
 from nmt_specdec.decoding.backends.base import Verified, VerifierCalls
 from nmt_specdec.decoding.decision.constraints import Constraints, constrain_host_
-from nmt_specdec.decoding.decision.scores import certainty_margin, normaliser
+from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.loops.steps import Batch, LoopParts, Rows, end_turn, plan_turn
 
 
@@ -49,7 +49,7 @@ def decode_greedy_rows(parts: LoopParts, batch: Batch) -> List[Optional[tuple]]:
     input row, as :func:`~.batched.decode_rows` returns them."""
     rows, cache, cross, limits = batch.rows, batch.cache, batch.cross, batch.limits
     rules, verifier = parts.rules, parts.verifier
-    margin = certainty_margin(parts.options.beta, parts.options.tau)
+    margin = parts.options.acceptance.margin
     host = _HostRows(rows, limits)
     finished: List[Optional[tuple]] = [None] * len(limits)
     turn = committed = 0
@@ -162,7 +162,7 @@ def _decide(verifier: VerifierCalls, rules: Constraints, verified: Verified,
         steps, limits: (B,) the output step each position predicts, and the step
             at which EOS is forced.
         checks: ``(check_min_len, check_max_len)`` of :func:`~.steps.plan_turn`.
-        margin: :func:`~..decision.scores.certainty_margin` of the acceptance settings.
+        margin: the acceptance rule's :attr:`~..decision.rules.AcceptanceRule.margin`.
     """
     # numpy has no bfloat16 (float32: no copy); decisions need no gradient.
     logits = verified.logits[:, 0].detach().float()

@@ -41,13 +41,12 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_logits_,
 )
 from nmt_specdec.decoding.decision.draws import DRAFT, uniforms_host
-from nmt_specdec.decoding.decision.rules import acceptance_rule
 from nmt_specdec.decoding.decision.sampling import (
     accept_sampled_host,
     categorical_host,
     draft_lprobs,
 )
-from nmt_specdec.decoding.decision.scores import certainty_margin, normaliser
+from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
 from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
 from nmt_specdec.decoding.drafters import DraftRequest
@@ -170,12 +169,12 @@ class _HostRow:
             return self._sampled_decision(parts, verified, tokens, k, checks)
         if k == 0 and verified.decision is None:
             greedy = self._greedy(verified, rules, checks,
-                                  certainty_margin(options.beta, options.tau))
+                                  options.acceptance.margin)
             if greedy is not None:
                 return greedy
         # Beyond "never pad" (the call's own decision reads untempered raw scores).
         constrained = any(checks) or bool(rules.unk_penalty) or rules.temperature != 1
-        exact = acceptance_rule(options.beta, options.tau).exact
+        exact = options.acceptance.exact
         decided = _fused_decision(verified.decision, exact and not constrained,
                                   tokens, k)
         if decided is not None:  # the call's own, on raw scores
@@ -184,12 +183,12 @@ class _HostRow:
         else:
             logits, lse = constrained_scores(parts.verifier, verified,
                                              self._constraint(rules, k, tree, checks),
-                                             certainty_margin(options.beta, options.tau),
+                                             options.acceptance.margin,
                                              on_host=True, temperature=rules.temperature)
         flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
         if decided is None:
             width = 1 if tree is None else options.candidates
-            decided = accept_host(logits, flat, tokens, k, width, options.beta, options.tau)
+            decided = accept_host(logits, flat, tokens, k, width, options.acceptance)
         return decided, flat, lse.detach().numpy()[0]
 
     def _constraint(self, rules: Constraints, k: int, tree: Optional[TreeLayout],

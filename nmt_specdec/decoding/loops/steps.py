@@ -210,7 +210,7 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
 
     Args:
         constrain: applies the constraints to (B, N, V) logits in place.
-        margin: :func:`~..decision.scores.certainty_margin` of the acceptance settings.
+        margin: the acceptance rule's :attr:`~..decision.rules.AcceptanceRule.margin`.
         on_host: read the best logits through numpy (one row on the CPU: no tensor op).
         temperature: the logits are divided by it first, in their own precision,
             as fairseq's ``--temperature``.
