@@ -189,6 +189,11 @@ def _add_grid_args(group) -> None:
     add("--fused-draft", action="store_true", help=_grid_help(
         "also run the onnxruntime SpecDec rows (K > 0) with one call per iteration",
         "fused_draft"))
+    add("--sampling-topk", type=int, metavar="K", help=(
+        "also run the sampling grid, fairseq's --sampling --sampling-topk K: stock "
+        "sampling, the engine's sampling (K=0) and speculative sampling at each --grid-k "
+        "above 0, on each --backend (its rows compare with stock sampling and with the "
+        "engine's sampling; the samples are seeded with --order-seed)"))
     add("--graphs-off", action="store_true", help=_grid_help(
         "on a GPU, also run every torch row with its static passes eager (no CUDA graphs)",
         "cuda_graphs"))

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from nmt_specdec.decoding.backends import CPU_BACKEND, DEFAULT_BACKEND, check_backend
+from nmt_specdec.decoding.backends import DEFAULT_BACKEND
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.errors import UserError
-from nmt_specdec.model_shards import materialize
 
 
 @dataclass(frozen=True)
@@ -60,6 +58,10 @@ class EvalConfig:
             ``verifier-int8`` rows run on fp32 onnxruntime only.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier,
             on the run's device.
+        sampling_topk: add the sampling grid (fairseq's ``--sampling
+            --sampling-topk``): stock sampling, the engine's sampling (K=0) and
+            SpecDec's speculative sampling at each K > 0 of ``grid_k``, on each
+            backend in fp32 (None: no sampling rows).
         precisions: half precisions (``float16``, ``bfloat16``) whose rows are added
             beside the fp32 ones: stock greedy, the engine's torch rows and
             CTranslate2 greedy (where the device supports it) on a copy of the
@@ -109,6 +111,7 @@ class EvalConfig:
     graphs_off: bool = False
     drafters: Tuple[str, ...] = ("head",)
     ct2: bool = False
+    sampling_topk: Optional[int] = None
     precisions: Tuple[str, ...] = ()
     batch_sizes: Tuple[int, ...] = (1, 32)
     repeats: int = 5
@@ -133,12 +136,15 @@ class DecoderSpec:
             drafting; ``auto_k``: K chosen per iteration, up to ``k``); a ct2 row
             reads ``int8`` from it; the defaults for stock rows.
         dtype: the model's precision (``float32``, ``float16``, ``bfloat16``).
+        sampling_topk: the row samples among the k likeliest tokens (``--sampling
+            --sampling-topk``; a SpecDec row by speculative sampling); 0: greedy or beam.
     """
 
     kind: str
     beam: int = 1
     decoding: DecodingOptions = DecodingOptions()
     dtype: str = "float32"
+    sampling_topk: int = 0
 
     # What the report reads of ``decoding``: k, beta and tau are None on other rows.
     @property
@@ -183,7 +189,10 @@ class DecoderSpec:
         (the SpecDec loop with K=0: no drafting), ``SpecDec K=4 β=1``,
         ``SpecDec K=4 β=3 τ=1``, ``SpecDec auto K≤4 β=1``, ``CTranslate2 greedy int8``;
         rows on another backend than torch end in ``[onnxruntime int8 fused]``, half
-        precision rows in ``fp16``/``bf16``."""
+        precision rows in ``fp16``/``bf16``; a sampling row says ``sampling top-k``
+        where greedy rows say ``greedy`` or ``β``."""
+        if self.sampling_topk:
+            return self._sampling_name()
         if self.kind == "ct2":
             return f"CTranslate2 greedy {'int8' if self.int8 else SHORT_DTYPE[self.dtype]}"
         half = "" if self.dtype == "float32" else f" {SHORT_DTYPE[self.dtype]}"
@@ -203,9 +212,21 @@ class DecoderSpec:
         refine = "" if steps is None else f" refine×{steps}"
         return f"SpecDec {k}{tree} β={self.beta}{tau}{refine}{drafter}{half}{runtime}"
 
+    def _sampling_name(self) -> str:
+        """``stock sampling top-10``, ``engine sampling top-10 [onnxruntime]``,
+        ``SpecDec K=2 sampling top-10 [onnxruntime]``."""
+        how = f"sampling top-{self.sampling_topk}"
+        if self.kind == "stock":
+            return f"stock {how}"
+        runtime = "" if self.backend == "torch" else f" [{self.backend}]"
+        return f"engine {how}{runtime}" if self.k == 0 else f"SpecDec K={self.k} {how}{runtime}"
+
     @property
     def role(self) -> str:
-        """``stock``, ``ct2`` (CTranslate2), ``engine greedy`` (K=0) or ``specdec``."""
+        """``stock``, ``ct2`` (CTranslate2), ``engine greedy`` (K=0), ``specdec``, or
+        ``sampling`` for every row of the sampling grid."""
+        if self.sampling_topk:
+            return "sampling"
         if self.kind in ("stock", "ct2"):
             return self.kind
         return "engine greedy" if self.k == 0 else "specdec"
@@ -213,7 +234,8 @@ class DecoderSpec:
     @property
     def is_baseline(self) -> bool:
         """Stock greedy search in fp32: the reference for speedups and agreement."""
-        return self.kind == "stock" and self.beam == 1 and self.dtype == "float32"
+        return (self.kind == "stock" and self.beam == 1 and self.dtype == "float32"
+                and not self.sampling_topk)
 
 
 SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -269,6 +291,22 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     if cfg.graphs_off:
         specs += [_with(spec, cuda_graphs="off") for spec in specs
                   if spec.kind == "specdec" and spec.backend == "torch"]
+    return specs + _sampling_specs(cfg, default_k)
+
+
+def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
+    """``--sampling-topk``: stock sampling, then per backend the engine's sampling
+    (K=0) and speculative sampling at each K > 0 (fp32, the head drafting)."""
+    if not cfg.sampling_topk:
+        return []
+    topk = cfg.sampling_topk
+    specs = [DecoderSpec("stock", sampling_topk=topk)]
+    if cfg.stock_only:
+        return specs
+    ks = [k for k in cfg.grid_k or ((default_k,) if default_k else ()) if k > 0]
+    for backend in dict.fromkeys(cfg.backends):
+        specs += [dataclasses.replace(specdec(k=k, backend=backend), sampling_topk=topk)
+                  for k in [0, *dict.fromkeys(ks)]]
     return specs
 
 
@@ -319,77 +357,3 @@ def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec
         return specs
     return [_with(spec, refine_steps=steps) if spec.k else spec
             for spec in specs for steps in (cfg.grid_refine_steps if spec.k else (None,))]
-
-
-def validate(cfg: EvalConfig) -> None:
-    """Raises :class:`UserError` naming the first bad option."""
-    _check_input_options(cfg)
-    _check_positive("--repeats", [cfg.repeats])
-    _check_positive("--batch-sizes", cfg.batch_sizes)
-    _check_positive("--beams", cfg.beams)
-    _check_positive("--threads", [cfg.threads])
-    for backend in cfg.backends:
-        check_backend(backend)
-    onnx = {"onnxruntime"} | ({"auto"} if CPU_BACKEND == "onnxruntime" else set())
-    for flag, value in (("--int8", cfg.int8), ("--fused-draft", cfg.fused_draft)):
-        if value and not onnx & set(cfg.backends):
-            raise UserError(f"{flag} needs onnxruntime among --backend")
-    if "verifier-int8" in cfg.drafters and not onnx & set(cfg.backends):
-        raise UserError("--drafters verifier-int8 needs onnxruntime among --backend")
-    if any(k < 0 for k in cfg.grid_k):
-        raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
-    _check_positive("--grid-beta", cfg.grid_beta)
-    if cfg.relaxed_rows not in ("all", "one"):
-        raise UserError(f"--relaxed-rows must be all or one, got {cfg.relaxed_rows}")
-    _check_positive("--grid-candidates", cfg.grid_candidates)
-    if any(steps < 0 for steps in cfg.grid_refine_steps):
-        raise UserError(f"--grid-refine-steps values must be >= 0, got "
-                        f"{min(cfg.grid_refine_steps)}")
-    if cfg.max_sentences is not None:
-        _check_positive("--first-sentences", [cfg.max_sentences])
-    if cfg.warmup_batches < 0:
-        raise UserError(f"--warmup-batches must be >= 0, got {cfg.warmup_batches}")
-    if any(not tau >= 0 for tau in cfg.grid_tau):
-        raise UserError(f"--grid-tau values must be >= 0, got {list(cfg.grid_tau)}")
-    if (
-        not cfg.stock_only
-        and any(beta > 1 for beta in cfg.grid_beta)
-        and not cfg.grid_tau
-    ):
-        raise UserError("--grid-tau needs at least one value for --grid-beta > 1")
-
-
-def _check_input_options(cfg: EvalConfig) -> None:
-    if not materialize(cfg.checkpoint).is_file():
-        raise UserError(f"--checkpoint: no such file {cfg.checkpoint}")
-    for flag, path in (
-        ("--src-file", cfg.src_file),
-        ("--ref-file", cfg.ref_file),
-        ("--spm-model", cfg.spm_model),
-    ):
-        if path is not None and not os.path.isfile(path):
-            raise UserError(f"{flag}: no such file {path}")
-    if cfg.data is not None and not os.path.isdir(cfg.data):
-        raise UserError(f"--data: no such directory {cfg.data}")
-    if cfg.src_file is not None:
-        if cfg.ref_file is None or cfg.spm_model is None:
-            raise UserError(
-                "--src-file needs --ref-file (raw references) and --spm-model "
-                "(to encode the source)"
-            )
-    elif cfg.data is None:
-        raise UserError(
-            "give a test set: --data DIR [--split test], or --src-file, "
-            "--ref-file and --spm-model"
-        )
-    elif cfg.ref_file is None and cfg.spm_model is None:
-        raise UserError(
-            "--data without --ref-file needs --spm-model to decode the "
-            "binarized references into raw text for BLEU"
-        )
-
-
-def _check_positive(flag: str, values) -> None:
-    bad = [v for v in values if v < 1]
-    if bad:
-        raise UserError(f"{flag} values must be >= 1, got {bad[0]}")

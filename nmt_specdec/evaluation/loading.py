@@ -42,10 +42,13 @@ def load_checkpoint(cfg: EvalConfig, device: torch.device) -> Tuple[nn.Module, o
     return model, task
 
 
-def generation_config(cfg: EvalConfig, beam: int) -> GenerationConfig:
-    """fairseq's ``--beam/--max-len-a/...`` namespace for one configuration."""
+def generation_config(cfg: EvalConfig, beam: int, sampling_topk: int = 0) -> GenerationConfig:
+    """fairseq's ``--beam/--max-len-a/...`` namespace for one configuration
+    (``sampling_topk``: ``--sampling --sampling-topk``)."""
     gen = GenerationConfig()
     gen.beam = beam
+    gen.sampling = bool(sampling_topk)
+    gen.sampling_topk = sampling_topk if sampling_topk else -1
     gen.max_len_a = cfg.max_len_a
     gen.max_len_b = cfg.max_len_b
     gen.min_len = cfg.min_len
@@ -72,7 +75,7 @@ def build_generator(task, model: nn.Module, spec: DecoderSpec, cfg: EvalConfig):
         from nmt_specdec.evaluation.ct2 import ct2_generator
 
         return ct2_generator(cfg, task, model, spec)
-    gen = generation_config(cfg, spec.beam)
+    gen = generation_config(cfg, spec.beam, spec.sampling_topk)
     generator = build_decoder(model, task.target_dictionary, spec.decoding, gen,
                               fairseq_generator(task, model, gen))
     generator.eval()

@@ -21,12 +21,7 @@ from torch import nn
 from nmt_specdec.decoding.backends import resolve_backend
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation import loading, machine, metrics, mismatch, report, runner
-from nmt_specdec.evaluation.config import (
-    BASELINE,
-    EvalConfig,
-    build_grid,
-    validate,
-)
+from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid
 from nmt_specdec.evaluation.ct2 import ct2_supports
 from nmt_specdec.evaluation.plot import plot_bleu_vs_speedup
 from nmt_specdec.evaluation.profiling import Profile, profile_run
@@ -39,6 +34,7 @@ from nmt_specdec.evaluation.testset import (
     make_batches,
 )
 from nmt_specdec.evaluation.time_split import plot_time_split
+from nmt_specdec.evaluation.validation import validate
 
 logger = logging.getLogger(__name__)
 
@@ -120,12 +116,14 @@ def _timing_info(cfg: EvalConfig, runs: List[Run], orders: List[List[int]],
 
 
 def setup_runtime(cfg: EvalConfig) -> torch.device:
-    """Chooses the device and fixes the thread count (recorded in the results)."""
+    """Chooses the device and fixes the thread count (recorded in the results) and
+    the seed of the sampling rows' draws (``--order-seed``, as ``--seed``)."""
     if cfg.cpu or not torch.cuda.is_available():
         device = torch.device("cpu")
     else:
         device = torch.device("cuda", torch.cuda.current_device())
     torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.order_seed)
     return device
 
 
@@ -203,21 +201,26 @@ def score_runs(
     detokenize: metrics.Detokenizer,
     profiles: Dict[Tuple, Profile],
 ) -> Tuple[List[dict], dict]:
-    """Report rows (by batch size, then configuration) and sacreBLEU signatures."""
-    baselines = {run.batch_size: run for run in runs if run.spec == BASELINE}
+    """Report rows (by batch size, then configuration) and sacreBLEU signatures.
+    A sampling row is compared with stock sampling and with the engine's sampling
+    (K=0) at its batch size; no sample is compared with greedy's output."""
+    baselines = {(run.batch_size, run.spec.sampling_topk): run for run in runs
+                 if run.spec == BASELINE or (run.spec.kind == "stock"
+                                             and run.spec.sampling_topk)}
     # "vs engine greedy" compares with the engine's greedy on the same backend and
     # in the same precision.
     engine_greedy = {_greedy_key(run): run for run in runs
                      if run.spec.kind == "specdec" and run.spec.k == 0}
     rows, signatures = [], {}
     for run in runs:
-        baseline = baselines[run.batch_size]
+        baseline = baselines[run.batch_size, run.spec.sampling_topk]
         hypotheses = [
             detokenize(tokens) for tokens in metrics.in_order(run.outputs, len(testset))
         ]
         scores = metrics.corpus_scores(hypotheses, testset.references)
         signatures = {"bleu": scores.bleu_signature, "chrf": scores.chrf_signature}
-        differs = metrics.count_differences(run.outputs, baseline.outputs)
+        differs = (None if run.spec.sampling_topk else
+                   metrics.count_differences(run.outputs, baseline.outputs))
         rows.append(
             report.make_row(
                 run,
@@ -237,15 +240,17 @@ def _engine_greedy_for(run: Run, engine_greedy: Dict[Tuple, Run]) -> Optional[Ru
     stock and CTranslate2 rows: the torch one (else any) at the same batch size."""
     if run.spec.kind == "specdec":
         return engine_greedy.get(_greedy_key(run))
-    same_batch = [r for key, r in engine_greedy.items() if key[0] == run.batch_size]
-    return (engine_greedy.get((run.batch_size, "torch", False, run.spec.dtype, "on"))
-            or engine_greedy.get((run.batch_size, "torch", False, "float32", "on"))
+    topk = run.spec.sampling_topk
+    same_batch = [r for key, r in engine_greedy.items()
+                  if key[0] == run.batch_size and key[-1] == topk]
+    return (engine_greedy.get((run.batch_size, "torch", False, run.spec.dtype, "on", topk))
+            or engine_greedy.get((run.batch_size, "torch", False, "float32", "on", topk))
             or next(iter(same_batch), None))
 
 
 def _greedy_key(run: Run) -> Tuple:
     return (run.batch_size, run.spec.backend, run.spec.int8, run.spec.dtype,
-            run.spec.decoding.cuda_graphs)
+            run.spec.decoding.cuda_graphs, run.spec.sampling_topk)
 
 
 def _greedy_mismatches(models: Dict[str, nn.Module], task, runs: List[Run],
@@ -264,7 +269,7 @@ def _greedy_mismatches(models: Dict[str, nn.Module], task, runs: List[Run],
               if run.spec.kind == "specdec" and run.spec.k == 0}
     found = []
     for run in runs:
-        if run.spec.kind != "specdec" or run.spec.beta != 1:
+        if run.spec.kind != "specdec" or run.spec.beta != 1 or run.spec.sampling_topk:
             continue
         reference = greedy.get(_greedy_key(run))
         if run.spec.int8:

@@ -36,6 +36,7 @@ _GROUPS = {
     "drafted nothing": ("SpecDec, drafted nothing (1.00 tok/iter)",
                         dict(marker="o", facecolors="none", edgecolors="tab:orange")),
     "ct2": ("CTranslate2 greedy (converted verifier)", dict(marker="D", color="tab:purple")),
+    "sampling": ("sampling rows (speedup vs stock sampling)", dict(marker="x", color="tab:gray")),
 }
 
 

@@ -43,7 +43,9 @@ _LEGEND = (
     "SpecDec iteration (accepted drafts + the verifier's own token); a SpecDec row "
     "at 1.00 drafted nothing that was accepted and is labelled so. iter/sent: "
     "verifier calls per sentence. != greedy: sentences whose output differs from "
-    "stock greedy at the same batch size."
+    "stock greedy at the same batch size. Sampling rows (--sampling-topk) compare with "
+    "stock sampling and with the engine's sampling (K=0) instead; their outputs are "
+    "samples, so != greedy does not apply."
 )
 
 DRAFTED_NOTHING = "drafted nothing"
@@ -67,7 +69,8 @@ def spread(values: List[float]) -> dict:
 def row_name(run: Run, stats: Optional[SpecDecStats]) -> str:
     """The spec's name, plus "drafted nothing" for a drafting row at 1.00 tok/iter."""
     name = run.spec.name
-    if run.spec.role == "specdec" and stats and round(stats.mean_accepted_tokens, 2) <= 1.0:
+    if run.spec.kind == "specdec" and run.spec.k and stats \
+            and round(stats.mean_accepted_tokens, 2) <= 1.0:
         name += f" ({DRAFTED_NOTHING})"
     return name
 
@@ -76,7 +79,7 @@ def make_row(
     run: Run,
     baseline: Run,
     scores: Scores,
-    differs_from_greedy: int,
+    differs_from_greedy: Optional[int],
     num_sentences: int,
     profile: Optional[Profile],
     engine_greedy: Optional[Run] = None,
@@ -85,12 +88,14 @@ def make_row(
 
     Args:
         run: the measured run.
-        baseline: stock greedy at the same batch size.
+        baseline: stock greedy at the same batch size (a sampling row: stock sampling).
         scores: BLEU and chrF against the raw references.
-        differs_from_greedy: sentences whose output differs from ``baseline``'s.
+        differs_from_greedy: sentences whose output differs from ``baseline``'s
+            (None: a sampling row, whose output is a sample).
         num_sentences: sentences in the test set.
         profile: SpecDec time split (None unless profiled).
-        engine_greedy: the engine's own greedy (K=0) at the same batch size, if run.
+        engine_greedy: the engine's own greedy (K=0) at the same batch size, if run
+            (a sampling row: the engine's sampling).
     """
     seconds = run.median_seconds
     stats = run.stats
@@ -109,7 +114,7 @@ def make_row(
         "iterations_per_sentence": stats.iterations_per_sentence if stats else None,
         "slot_acceptance": stats.slot_acceptance() if stats else None,
         "differs_from_greedy": differs_from_greedy,
-        "equals_greedy": differs_from_greedy == 0,
+        "equals_greedy": None if differs_from_greedy is None else differs_from_greedy == 0,
         "cuda_peak_mib": (
             run.cuda_peak_bytes / 2**20 if run.cuda_peak_bytes is not None else None
         ),

@@ -9,6 +9,7 @@ them. The numbers are not checked, only the files' schema and sanity bounds.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -464,3 +465,35 @@ def test_readme_table_is_rebuilt_from_results_json(binarized_results: dict, toy:
             del row[f"{key}_min"], row[f"{key}_max"]
     assert "order not recorded" in readme_table(old)
 
+
+
+def test_the_sampling_grid_compares_samples_with_samples(toy: dict) -> None:
+    """--sampling-topk adds stock sampling, the engine's sampling and speculative
+    sampling; each compares with stock sampling and the engine's sampling at its
+    batch size, reports acceptance per slot, and is never checked against greedy."""
+    results = toy["script"].run(_config(
+        toy, "sampling", beams=(1,), grid_k=(0, 2), grid_beta=(1,), batch_sizes=(1, 4),
+        max_sentences=8, sampling_topk=3, max_len_a=0.0, max_len_b=6))
+    rows = {(r["name"], r["batch_size"]): r for r in results["rows"]}
+    names = [r["name"] for r in results["rows"] if r["batch_size"] == 1]
+    assert names == ["stock greedy", "engine greedy", "SpecDec K=2 β=1",
+                     "stock sampling top-3", "engine sampling top-3",
+                     "SpecDec K=2 sampling top-3"]
+    for batch in (1, 4):
+        stock = rows["stock sampling top-3", batch]
+        engine = rows["engine sampling top-3", batch]
+        spec = rows["SpecDec K=2 sampling top-3", batch]
+        for row in (stock, engine, spec):
+            assert row["role"] == "sampling"
+            assert row["differs_from_greedy"] is None and row["equals_greedy"] is None
+        # Ratios against the sampling references of the same repeats, not greedy's.
+        assert stock["speedup"] == 1.0 and engine["speedup_vs_k0"] == 1.0
+        assert spec["speedup"] == pytest.approx(statistics.median(
+            [s / t for s, t in zip(stock["wall_s"], spec["wall_s"])]))
+        assert len(spec["slot_acceptance"]) == 2 and spec["mean_accepted_tokens"] >= 1.0
+    # A sentence's sample depends on the seed and the sentence, not on the batch
+    # (with --max-len-a 0: fairseq's length limit reads the batch's padded width).
+    for name in ("engine sampling top-3", "SpecDec K=2 sampling top-3"):
+        assert [rows[name, 1][key] for key in ("target_tokens", "chrf", "bleu")] == \
+            [rows[name, 4][key] for key in ("target_tokens", "chrf", "bleu")]
+    assert "Sampling rows" in (toy["root"] / "sampling" / "results.md").read_text()

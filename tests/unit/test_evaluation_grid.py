@@ -5,7 +5,8 @@ import pytest
 
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.cli import build_parser, config_from_args
-from nmt_specdec.evaluation.config import build_grid, validate
+from nmt_specdec.evaluation.config import build_grid
+from nmt_specdec.evaluation.validation import validate
 
 
 def _config(tmp_path, *flags):
@@ -38,3 +39,21 @@ def test_without_the_flag_rows_draft_as_the_head_says(tmp_path):
 def test_a_negative_refinement_count_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match="--grid-refine-steps values must be >= 0, got -1"):
         validate(_config(tmp_path, "--grid-refine-steps", "2", "-1"))
+
+
+def test_the_sampling_grid_follows_the_backends_and_ks(tmp_path):
+    cfg = _config(tmp_path, "--sampling-topk", "10", "--grid-k", "0", "2", "4",
+                  "--backend", "torch", "onnxruntime")
+    validate(cfg)
+    names = [spec.name for spec in build_grid(cfg, default_k=4)]
+    assert names[-7:] == ["stock sampling top-10", "engine sampling top-10",
+                          "SpecDec K=2 sampling top-10", "SpecDec K=4 sampling top-10",
+                          "engine sampling top-10 [onnxruntime]",
+                          "SpecDec K=2 sampling top-10 [onnxruntime]",
+                          "SpecDec K=4 sampling top-10 [onnxruntime]"]
+    assert not any("sampling" in name for name in names[:-7])
+
+
+def test_a_bad_sampling_topk_is_refused_in_one_line(tmp_path):
+    with pytest.raises(UserError, match="--sampling-topk values must be >= 1, got 0"):
+        validate(_config(tmp_path, "--sampling-topk", "0"))
