@@ -42,34 +42,12 @@ class DraftRequest(NamedTuple):
 
 
 class Drafter:
-    """Interface: propose K tokens for every active row."""
-
-    def propose(self, request: DraftRequest) -> Tensor:
-        """Returns (B, K) long draft tokens."""
-        raise NotImplementedError
-
-    def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
-        """Returns (B, C, K) long candidates per slot, best first (row 0 is what
-        :meth:`propose` would return); for ``--spec-candidates`` (see
-        :mod:`nmt_specdec.decoding.draft_tree`)."""
-        raise UserError(f"--spec-candidates {count}: this drafter ({type(self).__name__}) "
-                        "proposes one token per slot")
-
-    def draft_logits(self, request: DraftRequest) -> Tensor:
-        """Returns (B, K, V) the logits each slot's draft is drawn from, for
-        speculative sampling (``--sampling``): a drafter that only proposes tokens
-        cannot sample."""
-        raise UserError(f"--sampling with --spec-decoding needs the draft head's "
-                        f"distribution, which this drafter ({type(self).__name__}) does "
-                        "not give: use --backend torch and --spec-drafter head")
+    """Interface: what every drafter does, start on a batch, follow its rows and
+    propose K tokens per row. What only some drafters can do is an ability of its
+    own below, checked once when the generator is built (:func:`check_abilities`)."""
 
     def start_batch(self, sample: dict, encoder_out: Any) -> None:
         """Called once per batch before drafting; default: nothing to prepare."""
-
-    def pin_state(self, pin: Callable[[str, list], list]) -> None:
-        """Moves this batch's state (a list of tensors) into buffers kept across
-        batches, ``state = pin(name, state)``: the static loop's captured turns read
-        them at a fixed address. Default: no per-batch state."""
 
     def keep_rows(self, rows: Tensor) -> None:
         """Finished rows left the batch; ``rows`` (B',) are the survivors' old indices."""
@@ -78,3 +56,46 @@ class Drafter:
         """(B, C) state that stands for the verifier's before the first token."""
         return like.new_zeros(batch, like.size(-1))
 
+    def propose(self, request: DraftRequest) -> Tensor:
+        """Returns (B, K) long draft tokens."""
+        raise NotImplementedError
+
+
+class ProposesCandidates(Drafter):
+    """Ability: several candidates per slot, for draft trees (``--spec-candidates``)."""
+
+    def propose_candidates(self, request: DraftRequest, count: int) -> Tensor:
+        """Returns (B, C, K) long candidates per slot, best first (row 0 is what
+        :meth:`propose` would return; see :mod:`nmt_specdec.decoding.draft_tree`)."""
+        raise NotImplementedError
+
+
+class GivesDistribution(Drafter):
+    """Ability: the distribution each slot's draft is drawn from, for speculative
+    sampling (``--sampling``)."""
+
+    def draft_logits(self, request: DraftRequest) -> Tensor:
+        """Returns (B, K, V) the logits of each slot's draft."""
+        raise NotImplementedError
+
+
+class PinsState(Drafter):
+    """Ability: a per-batch state that the static loop's captured turns read."""
+
+    def pin_state(self, pin: Callable[[str, list], list]) -> None:
+        """Moves this batch's state (a list of tensors) into buffers kept across
+        batches, ``state = pin(name, state)``: a captured turn reads them at a
+        fixed address."""
+        raise NotImplementedError
+
+
+def check_abilities(drafter: Drafter, candidates: int, sampling: bool) -> None:
+    """Refuses, in one line, what the options ask of a drafter that cannot do it."""
+    name = type(drafter).__name__
+    if candidates > 1 and not isinstance(drafter, ProposesCandidates):
+        raise UserError(f"--spec-candidates {candidates}: this drafter ({name}) proposes "
+                        "one token per slot")
+    if sampling and not isinstance(drafter, GivesDistribution):
+        raise UserError(f"--sampling with --spec-decoding needs the draft head's "
+                        f"distribution, which this drafter ({name}) does not give: use "
+                        "--spec-drafter head")

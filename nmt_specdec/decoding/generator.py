@@ -23,7 +23,7 @@ from nmt_specdec.decoding.decision.constraints import Constraints
 from nmt_specdec.decoding.decision.draws import sentence_keys
 from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.device import attention_kernels, model_device, on_device
-from nmt_specdec.decoding.drafters import Drafter
+from nmt_specdec.decoding.drafters import Drafter, check_abilities
 from nmt_specdec.decoding.k_policy import KPolicy, make_k_policy
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.loops import BatchStart, Loop, StaticLoop, choose_loop
@@ -76,6 +76,8 @@ class SpecDecGenerator(nn.Module):
             check_drafter(self.backend.name, options.drafter)
             drafter = self.backend.drafter(self.pad, options.drafter)
         self.drafter = drafter or Drafter()
+        if options.k:  # K > 0 or auto: the drafter must do what the options ask
+            check_abilities(self.drafter, options.candidates, sampling is not None)
         self.k_policy: KPolicy = make_k_policy(options)
         self.stats = SpecDecStats()
         self.symbols_to_strip_from_output = {self.eos}

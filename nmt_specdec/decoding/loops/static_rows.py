@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.decision.acceptance import drafts_before_eos
+from nmt_specdec.decoding.drafters import PinsState
 from nmt_specdec.decoding.graphs import TurnGraphs
 from nmt_specdec.decoding.loops.batched import verify_turn
 from nmt_specdec.decoding.loops.steps import BatchStart, LoopParts, Rows, end_turn, plan_turn
@@ -224,7 +225,7 @@ class StaticLoop:
         space = self._workspace(shape, parts)
         space.start(parts, max_len, bos)
         space.cross = space.pin("cross", parts.verifier.cross_states(encoder_out))
-        if shape.k_max:
+        if shape.k_max and isinstance(parts.drafter, PinsState):
             parts.drafter.pin_state(space.pin)
         real = len(limits)
         active = list(range(real))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.drafters import DraftRequest, GivesDistribution, ProposesCandidates
 
 _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
 
@@ -65,7 +65,7 @@ def candidate_slots(count: int) -> Tensor:
     return _CANDIDATE_SLOTS[count]
 
 
-class OrtDrafter(Drafter):
+class OrtDrafter(ProposesCandidates, GivesDistribution):
     """The draft head's graph as a :class:`Drafter`."""
 
     def __init__(self, start_state: Tensor, backend: DraftGraphs):

@@ -14,7 +14,12 @@ from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.base import Backend, Verified, VerifierCalls
 from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.drafters import (
+    DraftRequest,
+    GivesDistribution,
+    PinsState,
+    ProposesCandidates,
+)
 from nmt_specdec.decoding.passes.draft_pass import LeanDraftHead
 from nmt_specdec.decoding.passes.layers import CrossKV
 from nmt_specdec.decoding.passes.verifier_pass import EncoderOut, LeanVerifier
@@ -52,7 +57,7 @@ class TorchVerifier(VerifierCalls):
         return self.lean.logits(hidden)
 
 
-class DraftHeadDrafter(Drafter):
+class DraftHeadDrafter(ProposesCandidates, GivesDistribution, PinsState):
     """Greedy drafts from the model's NAR draft head (one lean pass per iteration)."""
 
     def __init__(self, draft_head: nn.Module, pad: int, backend: Backend,
