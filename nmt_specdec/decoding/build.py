@@ -195,6 +195,9 @@ def sampling_options(model: nn.Module, options: DecodingOptions) -> DecodingOpti
     if options.fused_draft:
         raise UserError("--fused-draft drafts the head's greedy tokens inside the verify call; "
                         "--sampling draws them from its distribution: drop --fused-draft")
+    if options.int8:
+        raise UserError("--int8 scores a sentence differently in batches of other sizes, so its "
+                        "sample would depend on its batch: drop --int8 with --sampling")
     return dataclasses.replace(options, k=k, auto_k=False)
 
 

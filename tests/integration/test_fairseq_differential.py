@@ -265,6 +265,7 @@ def test_refused_option_is_refused_in_one_line(models, name, mode):
      "--fused-draft"),
     (DecodingOptions(spec_decoding=True, k=2, drafter="verifier-int8",
                      backend="onnxruntime"), "--spec-drafter verifier-int8"),
+    (DecodingOptions(spec_decoding=True, k=2, backend="onnxruntime", int8=True), "--int8"),
 ])
 def test_sampling_refuses_what_its_proof_does_not_cover_in_one_line(models, options, refused):
     task, model = models["head post-norm sinusoidal separate"]
