@@ -170,14 +170,19 @@ def two_sample(task, model, made, spm, line: str, count: int, k: int, backend: s
           f"cells: statistic {result.statistic:.1f}, dof {result.dof}, p = {result.pvalue:.3f}")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    import fairseq_plugins  # noqa: F401  (the SpecDec task and model)
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_input_args(p: argparse.ArgumentParser) -> None:
+    """The model, the sentences and the sampling cut (shared with topk_certification.py)."""
     p.add_argument("--model-dir", default="models/gettext-de-en-base")
     p.add_argument("--src-file", required=True)
     p.add_argument("--sentences", type=int, default=100)
     p.add_argument("--topk", type=int, default=10)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import fairseq_plugins  # noqa: F401  (the SpecDec task and model)
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_input_args(p)
     p.add_argument("--ks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--backends", nargs="+", default=["onnxruntime", "torch"])
     p.add_argument("--repeats", type=int, default=3)

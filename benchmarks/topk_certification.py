@@ -114,10 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from nmt_specdec.shipped_models import ShippedModel
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", default="models/gettext-de-en-base")
-    p.add_argument("--src-file", required=True)
-    p.add_argument("--sentences", type=int, default=100)
-    p.add_argument("--topk", type=int, default=10)
+    speed.add_input_args(p)
     p.add_argument("--candidates", type=int, nargs="+", default=[16, 32, 48, 64, 96, 128])
     args = p.parse_args(argv)
     torch.set_num_threads(1)
