@@ -37,9 +37,11 @@ or large batches on a compute-bound CPU.
   (the draft head's encoder keys/values, a cache wider by K slots, the choice).
   A verdict may stand on a few iterations of the first, shortest sentences
   (fairseq sorts them by length): a sentence 1.5 times longer than those
-  re-checks at once (:class:`SentenceArms`), and a re-check drafts the largest
-  K, since one at the K those estimates favour would never draft, so never
-  re-measure, the later slots they wrote off.
+  re-checks at once (:class:`SentenceArms`). A re-check drafts the largest K
+  for its first :data:`RECHECK_TURNS` iterations, since one at the K those
+  estimates favour would never draft, so never re-measure, the later slots
+  they wrote off; then it chooses as any drafting sentence does, so that a
+  long sentence re-checked where drafting loses is not drafted to its end.
 - A greedy sentence or batch costs the policy one record per iteration
   (``choose`` returns 0, no counts are read back: ``wants_counts``): it times
   its iterations as K=0's, so that K=0's estimate stays as current as the
@@ -177,6 +179,9 @@ class CostTable:
         return min(recent) if recent and len(recent) >= self.min_count else None
 
 
+RECHECK_TURNS = 4  # a re-check sentence's iterations at the largest K (every slot measured)
+
+
 class AutoK(KPolicy):
     """Chooses the K that maximises expected committed tokens per second.
 
@@ -199,7 +204,7 @@ class AutoK(KPolicy):
         self.arms = BatchArms()
         self.sentences = SentenceArms()
         self.may_draft = True  # this batch's arm
-        self.recheck = False  # this sentence re-checks a greedy verdict: it drafts
+        self.recheck = 0  # iterations left that re-check a greedy verdict: they draft
         self.batch_bucket = 1
         self.retry_every, self.max_retry_every = retry_every, max_retry_every
         self.turns: Dict[int, int] = {}  # bucket -> iterations chosen
@@ -210,9 +215,10 @@ class AutoK(KPolicy):
         self.batch_bucket = CostTable.bucket(rows)
         if rows == 1:
             self.may_draft = self.sentences.drafts(source_length)
-            self.recheck = self.may_draft and self.sentences.rechecking
+            self.recheck = (RECHECK_TURNS if self.may_draft and self.sentences.rechecking
+                            else 0)
         else:
-            self.may_draft, self.recheck = self.arms.drafts(self.batch_bucket), False
+            self.may_draft, self.recheck = self.arms.drafts(self.batch_bucket), 0
         self.wants_counts = self.may_draft  # a greedy batch has nothing to learn per turn
 
     def end_batch(self, tokens: int, seconds: float) -> None:
@@ -238,6 +244,7 @@ class AutoK(KPolicy):
         if None in costs:
             k = costs.index(None)  # measured seconds beat a guess: run it (again)
         elif self.recheck:  # every slot drafted: each one's acceptance measured anew
+            self.recheck -= 1
             k = limit
         else:
             k = self._best(costs, 0)
