@@ -303,7 +303,7 @@ def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSp
     specs = [DecoderSpec("stock", sampling_topk=topk)]
     if cfg.stock_only:
         return specs
-    ks = [k for k in cfg.grid_k or ((default_k,) if default_k else ()) if k > 0]
+    ks = [k for k in _grid_ks(cfg, default_k) if k > 0]
     for backend in dict.fromkeys(cfg.backends):
         specs += [dataclasses.replace(specdec(k=k, backend=backend), sampling_topk=topk)
                   for k in [0, *dict.fromkeys(ks)]]
@@ -334,9 +334,14 @@ def _half_precision_specs(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[Deco
     return specs
 
 
+def _grid_ks(cfg: EvalConfig, default_k: Optional[int]) -> Tuple[int, ...]:
+    """``--grid-k``, or the model's draft block size where it is not given."""
+    return cfg.grid_k or ((default_k,) if default_k else ())
+
+
 def _specdec_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     specs: List[DecoderSpec] = []
-    ks = cfg.grid_k or ((default_k,) if default_k else ())
+    ks = _grid_ks(cfg, default_k)
     if not ks:
         raise UserError("--grid-k is required: the checkpoint has no draft block size")
     specs.append(ENGINE_GREEDY)

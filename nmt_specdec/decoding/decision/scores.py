@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 
-
 def positional_scores(logits: Tensor, normaliser: Tensor, tokens: Tensor) -> Tensor:
     """Log-probabilities of ``tokens`` (B, N) under constrained ``logits``.
 

@@ -195,35 +195,27 @@ class StaticLoop:
         return sum(space.graphs.capture_seconds for space in self._spaces.values())
 
     def __call__(self, parts: LoopParts, start: BatchStart) -> List[Optional[tuple]]:
-        """The loop of a batch: the encoder output padded to the workspace's
-        buckets, the drafter started on it (when the batch drafts), then :meth:`decode`."""
-        shape = self.shape(parts, start.encoder_out, start.limits, start.k_max)
-        encoder_out = self.pad(start.encoder_out, shape)
+        """The loop of a batch: the encoder output padded to the buckets of its
+        workspace's shape, the drafter started on it (when the batch drafts), then
+        :meth:`_decode`."""
+        states, _ = encoder_memory(start.encoder_out)
+        shape = StaticShape.of(len(start.limits), states.size(0), max(start.limits),
+                               start.k_max, parts.options.candidates, parts.verifier.embed)
+        encoder_out = pad_encoder_out(start.encoder_out, shape.rows, shape.source)
         if start.k_max:
             parts.drafter.start_batch(start.sample, encoder_out)
         captured = self.capture_seconds
-        finished = self.decode(parts, encoder_out, start.max_len, start.limits, start.bos, shape)
+        finished = self._decode(parts, encoder_out, start, shape)
         parts.stats.capture_seconds += self.capture_seconds - captured
         return finished
 
-    def shape(self, parts: LoopParts, encoder_out: EncoderOut, limits: List[int],
-              k_max: int) -> StaticShape:
-        """The workspace shape of a batch whose rows end by ``limits`` (``max_len``)."""
-        states, _ = encoder_memory(encoder_out)
-        return StaticShape.of(len(limits), states.size(0), max(limits), k_max,
-                              parts.options.candidates, parts.verifier.embed)
-
-    def pad(self, encoder_out: EncoderOut, shape: StaticShape) -> EncoderOut:
-        """The encoder output in the shape's buckets (before the drafter reads it)."""
-        return pad_encoder_out(encoder_out, shape.rows, shape.source)
-
-    def decode(self, parts: LoopParts, encoder_out: EncoderOut, max_len: Tensor,
-               limits: List[int], bos: int, shape: StaticShape) -> List[Optional[tuple]]:
+    def _decode(self, parts: LoopParts, encoder_out: EncoderOut, start: BatchStart,
+                shape: StaticShape) -> List[Optional[tuple]]:
         """``(tokens, scores, iterations)`` per real row; ``encoder_out`` already padded
-        (:meth:`pad`) and the drafter started on it; ``limits``: ``max_len`` on the
-        host. Host reads: one a turn, one after the last."""
+        and the drafter started on it. Host reads: one a turn, one after the last."""
+        limits = start.limits
         space = self._workspace(shape, parts)
-        space.start(parts, max_len, bos)
+        space.start(parts, start.max_len, start.bos)
         space.cross = space.pin("cross", parts.verifier.cross_states(encoder_out))
         if shape.k_max and isinstance(parts.drafter, PinsState):
             parts.drafter.pin_state(space.pin)
