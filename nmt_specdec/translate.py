@@ -111,10 +111,10 @@ class TranslateConfig:
             raise UserError(f"--data: no such directory {self.data}")
         if self.fp16 and self.bf16:
             raise UserError("--fp16 and --bf16 exclude each other")
-        if (self.fp16 or self.bf16) and self.decoding.spec_decoding \
-                and self.decoding.backend == "onnxruntime":
-            raise UserError("--fp16/--bf16 decode with --backend torch (ONNX Runtime runs "
-                            "fp32 and --int8)")
+        if (self.fp16 or self.bf16) and self.decoding.spec_decoding:
+            from nmt_specdec.decoding.backends import check_half
+
+            check_half(self.decoding.backend)
 
     @property
     def dtype(self):
@@ -158,6 +158,8 @@ def load_translator(cfg: TranslateConfig) -> Translator:
     import torch
     from fairseq import utils
 
+    from nmt_specdec.decoding.backends import cpu_only
+
     try:
         spm = sentencepiece.SentencePieceProcessor(model_file=cfg.spm_model)
     except (OSError, RuntimeError) as err:
@@ -165,7 +167,7 @@ def load_translator(cfg: TranslateConfig) -> Translator:
                         f"({' '.join(str(err).split())[:120]})") from None
     model, task = _load_model(cfg)
     _check_spm_matches(spm, task.source_dictionary, cfg.spm_model)
-    on_cpu = cfg.cpu or cfg.decoding.backend == "onnxruntime"  # a CPU runtime
+    on_cpu = cfg.cpu or cpu_only(cfg.decoding.backend)
     device = torch.device("cuda" if torch.cuda.is_available() and not on_cpu else "cpu")
     model.to(device=device, dtype=cfg.dtype).eval()
     generator = _build_generator(cfg, task, model)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from torch import nn
 
-from nmt_specdec.decoding.backends import make_backend
+from nmt_specdec.decoding.backends import cpu_only, make_backend
 from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.generation_config import refuse_unsupported
 from nmt_specdec.decoding.layout import check_decodable
@@ -79,7 +79,7 @@ def build_decoder(model: nn.Module, tgt_dict, options: DecodingOptions, generati
     if options.spec_decoding:
         fast = _spec_generator(model, tgt_dict, options, generation_args)
     else:
-        if options.int8 or options.fused_draft or options.backend == "onnxruntime":
+        if options.int8 or options.fused_draft or cpu_only(options.backend):
             logger.warning("--backend/--int8 apply to --spec-decoding (--spec-k 0: greedy); "
                            "fairseq's own generator runs in torch")
         if stock is None:

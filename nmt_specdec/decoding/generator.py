@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor, nn
 
-from nmt_specdec.decoding.backends import check_drafter, make_backend
+from nmt_specdec.decoding.backends import REFERENCE_BACKEND, check_drafter, make_backend
 from nmt_specdec.decoding.backends.base import Backend, VerifierCalls
 from nmt_specdec.decoding.decision.constraints import Constraints
 from nmt_specdec.decoding.decision.draws import sentence_keys
@@ -67,8 +67,8 @@ class SpecDecGenerator(nn.Module):
         self.rules = Constraints(self.pad, self.eos, self.unk, lengths.min_len,
                                  lengths.unk_penalty, lengths.temperature,
                                  lengths.no_repeat_ngram, lengths.match_source_len)
-        self.backend = backend or make_backend("torch", model, tgt_dict,
-                                                refine_steps=options.refine_steps)
+        self.backend = backend or make_backend(REFERENCE_BACKEND, model, tgt_dict,
+                                               refine_steps=options.refine_steps)
         if drafter is None and options.k > 0:
             if options.drafter == "head" and not hasattr(model, "draft_head"):
                 raise UserError("--spec-k > 0 needs a model with a draft head (or "

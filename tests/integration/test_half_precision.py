@@ -170,6 +170,17 @@ def test_translate_command_refuses_two_precisions() -> None:
     assert result.stderr.strip().splitlines() == ["error: --fp16 and --bf16 exclude each other"]
 
 
+def test_translate_command_refuses_half_precision_on_a_float32_backend() -> None:
+    """The backend's own package says it runs float32 models only, and the error
+    names the backends that take half precision."""
+    result = subprocess.run(translate_command("--backend", "onnxruntime", "--bf16"),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --fp16/--bf16 decode with --backend torch (onnxruntime runs float32 models "
+        "and --int8)"]
+
+
 def hub_translates(prepare) -> None:
     """The hub interface with SpecDec after ``prepare(hub)`` (a cast, a move) gives a
     translation per sentence."""

@@ -18,7 +18,8 @@ backend. A new backend adds one folder here and touches nothing else: a
 :class:`~.base.Backend` subclass with its :class:`~.base.VerifierCalls` and a
 :class:`~nmt_specdec.decoding.drafters.Drafter`, and in the folder's ``__init__``
 ``OPTIONS`` (which of ``int8``, ``fused_draft`` it takes), ``DRAFTERS`` (the
-``--spec-drafter`` kinds it makes) and
+``--spec-drafter`` kinds it makes), ``CPU_ONLY`` and ``HALF`` (whether it runs on
+the CPU alone, whether it takes float16/bfloat16 models) and
 ``create(model, tgt_dict, int8, fused_draft, exact_scores, refine_steps)``. :data:`BACKENDS`
 lists the folders.
 """
@@ -42,6 +43,9 @@ BACKENDS = ("auto", *sorted((m.name for m in pkgutil.iter_modules(__path__) if m
 # A GPU model always gets `torch`.
 CPU_BACKEND = "onnxruntime"
 DEFAULT_BACKEND = "auto"
+# What a generator built without a backend runs (benchmarks, the head's acceptance
+# report): eager torch on the model's own weights, on whatever device it is.
+REFERENCE_BACKEND = "torch"
 # Bound now: importing the torch backend (a subpackage named ``torch``) rebinds the
 # name ``torch`` in this package's namespace.
 _FLOAT32 = torch.float32
@@ -75,6 +79,20 @@ def check_drafter(name: str, kind: str) -> None:
         having = [b for b in BACKENDS[1:] if kind in _package(b).DRAFTERS]
         raise UserError(f"--spec-drafter {kind} needs --backend {' or '.join(having)} "
                         f"(this is {name})")
+
+
+def cpu_only(name: str) -> bool:
+    """Whether backend ``name`` runs on the CPU alone (``auto`` picks by device: no)."""
+    return name != "auto" and _package(name).CPU_ONLY
+
+
+def check_half(name: str) -> None:
+    """Raises :class:`UserError` where backend ``name`` runs float32 models only
+    (``auto`` takes half precision: it picks ``torch`` for it)."""
+    if name != "auto" and not _package(name).HALF:
+        having = [b for b in BACKENDS[1:] if _package(b).HALF]
+        raise UserError(f"--fp16/--bf16 decode with --backend {' or '.join(having)} "
+                        f"({name} runs float32 models and --int8)")
 
 
 def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,

@@ -19,6 +19,8 @@ from nmt_specdec.errors import UserError
 
 OPTIONS = frozenset({"int8", "fused_draft"})
 DRAFTERS = ("head", "verifier-int8")  # the --spec-drafter kinds its backend makes
+CPU_ONLY = True  # the CPU execution provider
+HALF = False  # float32 models (and --int8)
 
 
 def create(model, tgt_dict, int8: bool = False, fused_draft: bool = False,

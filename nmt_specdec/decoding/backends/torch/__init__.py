@@ -10,6 +10,8 @@ read :data:`OPTIONS` while a command line is parsed); :func:`create` does.
 
 OPTIONS = frozenset()  # neither --int8 nor --fused-draft
 DRAFTERS = ("head",)  # the --spec-drafter kinds its backend makes
+CPU_ONLY = False  # any device torch has
+HALF = True  # float16 and bfloat16 models
 
 
 def create(model, tgt_dict, refine_steps=None, **options):
