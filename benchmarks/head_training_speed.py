@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from nmt_specdec.evaluation.machine import cpu_model  # noqa: E402
-from nmt_specdec.workflows import add_draft_head, cache_states  # noqa: E402
+from nmt_specdec.workflows import add_draft_head, cache_states, verifier_config  # noqa: E402
 
 
 LAST = 10  # updates whose draft loss a row reports
@@ -127,7 +127,7 @@ def main() -> int:
     caches = [cache_states.run(args.checkpoint, data, split, args.out / "states" / split,
                                max_tokens=args.max_tokens * 2) for split in ("train", "valid")]
     cache_s = time.monotonic() - started
-    model_args, src, tgt = add_draft_head.read_verifier_config(args.checkpoint, data)
+    model_args, src, tgt = verifier_config.read_verifier_config(args.checkpoint, data)
 
     def flags(state_cache: bool, precision: str = "fp32"):
         cfg = add_draft_head.AddHeadConfig(

@@ -47,19 +47,28 @@ class SpecDecJointLossConfig(LabelSmoothedCrossEntropyCriterionConfig):
         default=4, metadata={"help": "draft-head training blocks (random cut points) per "
                                      "sentence"}
     )
+    draft_soft_weight: float = field(
+        default=0.0, metadata={"help": "weight of the verifier's own distribution in the draft "
+                                       "head's targets (0: its tokens alone; 1: its "
+                                       "distribution alone)"}
+    )
 
 
 @register_criterion("specdec_joint_loss", dataclass=SpecDecJointLossConfig)
 class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
-                 report_accuracy=False, draft_loss_weight=1.0, draft_cuts=4):
+                 report_accuracy=False, draft_loss_weight=1.0, draft_cuts=4,
+                 draft_soft_weight=0.0):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if draft_loss_weight < 0:
             raise UserError(f"--draft-loss-weight must be >= 0, got {draft_loss_weight}")
         if draft_cuts < 1:
             raise UserError(f"--draft-cuts must be >= 1, got {draft_cuts}")
+        if not 0 <= draft_soft_weight <= 1:
+            raise UserError(f"--draft-soft-weight must be in [0, 1], got {draft_soft_weight}")
         self.draft_loss_weight = draft_loss_weight
         self.draft_cuts = draft_cuts
+        self.draft_soft_weight = draft_soft_weight
         self.bos = task.target_dictionary.eos()  # fairseq starts decoding with EOS
 
     def forward(self, model, sample, reduce=True):
@@ -136,6 +145,7 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
         # they still count as misses in the accuracies.
         learnable = valid & cuts.target.lt(first.size(-1))
         target = cuts.target.masked_fill(~learnable, self.padding_idx).view(-1)
+        teacher = self._teacher_logits(head, states, cuts) if self.draft_soft_weight else None
         out = {"tokens": int(learnable.sum()), "total1": int(valid[:, 0].sum()),
                "total": int(valid.sum())}
         for name, logits in (("", first), ("refine_", refined)):
@@ -143,12 +153,25 @@ class SpecDecJointLoss(LabelSmoothedCrossEntropyCriterion):
                 continue
             hits = (logits.argmax(-1) == cuts.target) & valid
             out[name + "loss"] = summed_nll(logits.reshape(-1, logits.size(-1)), target,
-                                            self.padding_idx)
+                                            self.padding_idx, teacher, self.draft_soft_weight)
             out[name + "correct"] = int(hits.sum())
             out[name + "correct1"] = int(hits[:, 0].sum())
         if refined is not None:
             out["loss"] = out["loss"] + out.pop("refine_loss")
         return out
+
+    @staticmethod
+    def _teacher_logits(head, states, cuts):
+        """(N*K, V) the verifier's logits over the draft vocabulary at every
+        slot of every block: its state at the slot's position (``states[b, i]``
+        predicts target token i) through its own output projection."""
+        slots = cuts.positions.unsqueeze(1) + torch.arange(cuts.target.size(1),
+                                                           device=cuts.target.device)
+        slot_states = states[cuts.rows.unsqueeze(1), slots.clamp(max=states.size(1) - 1)]
+        with torch.no_grad():
+            logits = torch.nn.functional.linear(slot_states, head.verifier_output_weight()
+                                                .to(slot_states.dtype))
+        return logits.reshape(-1, logits.size(-1))
 
     def _verifier_states(self, model, target, encoder_out):
         shifted = torch.cat([target.new_full((target.size(0), 1), self.bos), target[:, :-1]], 1)

@@ -13,17 +13,29 @@ gradient once.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
 CHUNK_ELEMENTS = 1 << 17  # float32 values a chunk works on (512 KiB: a core's L2)
 
 
-def summed_nll(logits: Tensor, target: Tensor, ignore_index: int) -> Tensor:
-    """Summed negative log-likelihood of ``target`` (R,) under the softmax of
-    ``logits`` (R, V), rows whose target is ``ignore_index`` left out; a float32
-    scalar, differentiable in ``logits``."""
-    return _SummedNll.apply(logits, target, ignore_index)
+def summed_nll(logits: Tensor, target: Tensor, ignore_index: int,
+               teacher: Optional[Tensor] = None, soft: float = 0.0) -> Tensor:
+    """Summed cross-entropy of ``logits`` (R, V) against ``target`` (R,), rows
+    whose target is ``ignore_index`` left out; a float32 scalar, differentiable
+    in ``logits``.
+
+    With ``teacher`` (R, V) logits and ``soft`` in (0, 1], a row's target is
+    the mixture ``(1 - soft) * onehot(target) + soft * softmax(teacher)``: the
+    verifier's whole distribution as soft labels (Hinton et al., 2015;
+    DistillSpec), the teacher read, never trained."""
+    if teacher is None or soft == 0:
+        teacher, soft = None, 0.0
+    elif not 0 < soft <= 1 or teacher.shape != logits.shape:
+        raise ValueError(f"soft must be in (0, 1] and teacher shaped {tuple(logits.shape)}")
+    return _SummedNll.apply(logits, target, ignore_index, teacher, float(soft))
 
 
 def _chunks(rows: int, width: int):
@@ -31,25 +43,38 @@ def _chunks(rows: int, width: int):
     return (slice(start, start + step) for start in range(0, rows, step))
 
 
+def _teacher_probs(teacher: Tensor, rows: slice) -> Tensor:
+    return torch.softmax(teacher[rows].float(), dim=-1)
+
+
 class _SummedNll(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, ignore_index: int) -> Tensor:
+    def forward(ctx, logits: Tensor, target: Tensor, ignore_index: int,
+                teacher: Optional[Tensor], soft: float) -> Tensor:
         lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)
+        expected = torch.zeros_like(lse)  # sum_v p_teacher(v) * logit(v), per row
         for rows in _chunks(*logits.shape):
-            lse[rows] = torch.logsumexp(logits[rows].float(), dim=-1)
+            chunk = logits[rows].float()
+            lse[rows] = torch.logsumexp(chunk, dim=-1)
+            if teacher is not None:
+                expected[rows] = (_teacher_probs(teacher, rows) * chunk).sum(-1)
         kept = target.ne(ignore_index)
         picked = logits.gather(1, target.unsqueeze(1)).squeeze(1).float()
-        ctx.save_for_backward(logits, target, lse, kept)
-        return ((lse - picked) * kept).sum()
+        ctx.save_for_backward(logits, target, lse, kept, teacher)
+        ctx.soft = soft
+        return ((lse - (1 - soft) * picked - soft * expected) * kept).sum()
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        logits, target, lse, kept = ctx.saved_tensors
+        logits, target, lse, kept, teacher = ctx.saved_tensors
+        soft = ctx.soft
         weight = kept.float() * grad  # d loss / d row
         out = torch.empty_like(logits)
         for rows in _chunks(*logits.shape):
             probs = torch.exp(logits[rows].float() - lse[rows, None])
+            if teacher is not None:
+                probs.sub_(_teacher_probs(teacher, rows), alpha=soft)
             probs.scatter_add_(1, target[rows, None],
-                               probs.new_full((probs.size(0), 1), -1.0))
+                               probs.new_full((probs.size(0), 1), soft - 1.0))
             out[rows] = probs.mul_(weight[rows, None])
-        return out, None, None
+        return out, None, None, None, None

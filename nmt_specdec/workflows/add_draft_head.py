@@ -40,6 +40,7 @@ from typing import Dict, List
 
 from nmt_specdec import logs, model_shards
 from nmt_specdec.workflows import distill, train_recipe
+from nmt_specdec.workflows.verifier_config import read_verifier_config, verifier_arch_flags
 from nmt_specdec.data.steps import (
     LOG,
     OneLineParser,
@@ -76,6 +77,9 @@ class AddHeadConfig:
         budget_minutes: wall-clock limit of the training step.
         max_tokens: target tokens per training batch.
         lr: peak learning rate (inverse square root schedule).
+        soft_weight: weight of the verifier's distribution in the head's targets
+            (0: its distilled tokens alone); the distribution is read off the
+            cached states through the verifier's own output projection.
         threads: CPU threads.
         valid_sentences: valid sentences decoded for the acceptance report.
         extra_source: raw source-language text, one sentence per line, whose
@@ -106,6 +110,7 @@ class AddHeadConfig:
     budget_minutes: float = 50.0
     max_tokens: int = 4096
     lr: float = 2e-3
+    soft_weight: float = 0.0
     threads: int = 2
     valid_sentences: int = 500
     extra_source: Path | None = None
@@ -131,6 +136,8 @@ class AddHeadConfig:
             raise RecipeError(f"--init-head {self.init_head} does not exist")
         if self.budget_minutes <= 0:
             raise RecipeError("--budget-minutes must be > 0")
+        if not 0 <= self.soft_weight <= 1:
+            raise RecipeError(f"--soft-weight must be in [0, 1], got {self.soft_weight}")
         if self.precision not in PRECISIONS:
             raise RecipeError(f"--precision must be one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision}")
@@ -151,55 +158,6 @@ def training_precision(precision: str) -> str:
     return "bf16" if native_bf16() else "fp32"  # auto
 
 
-def verifier_arch_flags(model_args: argparse.Namespace) -> List[str]:
-    """The stock checkpoint's model options as ``fairseq-train`` flags.
-
-    Every option fairseq's ``transformer`` declares is copied, so the verifier
-    built by ``--arch specdec_transformer`` has exactly the input's shape.
-    """
-    from fairseq.models.transformer import TransformerModel
-
-    parser = argparse.ArgumentParser(add_help=False)
-    TransformerModel.add_args(parser)
-    flags: List[str] = []
-    for action in parser._actions:
-        value = getattr(model_args, action.dest, None)
-        if value is None or value is False or not action.option_strings:
-            continue
-        flag = action.option_strings[0]
-        flags += [flag] if value is True else [flag, str(value)]
-    return flags
-
-
-def read_verifier_config(path: Path, data: Path):
-    """(model options, source language, target language) of a stock checkpoint;
-    languages the checkpoint leaves open are inferred from ``data`` (as fairseq does)."""
-    from nmt_specdec.checkpoint_safety import load_checkpoint
-
-    state = load_checkpoint(str(path))
-    cfg = state.get("cfg") or {}
-    model, task = (cfg.get("model"), cfg.get("task")) if isinstance(cfg, dict) else (None, None)
-    if model is None and state.get("args") is not None:  # pre-Hydra checkpoints
-        model = task = state["args"]
-    if model is None:
-        raise RecipeError(f"{path} holds no model configuration (not a fairseq checkpoint)")
-    # What the checkpoint saved, as dicts: an option it lacks is simply absent.
-    model = vars(model) if isinstance(model, argparse.Namespace) else dict(model)
-    task = vars(task) if isinstance(task, argparse.Namespace) else dict(task or {})
-    arch = str(model.get("arch") or "")
-    if "transformer" not in arch or arch.startswith("specdec"):
-        raise RecipeError(f"{path} is not a stock fairseq transformer (arch {arch or '?'})")
-    src, tgt = task.get("source_lang"), task.get("target_lang")
-    if not (src and tgt):
-        from fairseq.data import data_utils
-
-        src, tgt = data_utils.infer_language_pair(str(data))
-    if not (src and tgt):
-        raise RecipeError(f"{path} names no source/target language and {data} has no "
-                          "train.SRC-TGT.* files to infer them from")
-    return argparse.Namespace(**model), src, tgt
-
-
 def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
                 save_dir: Path) -> List[str]:
     """``fairseq-train`` flags of the head-only training step."""
@@ -218,7 +176,7 @@ def train_flags(cfg: AddHeadConfig, data: Path, model_args, src: str, tgt: str,
         *(["--init-draft-head-from", str(cfg.init_head.resolve())] if cfg.init_head else []),
         "--init-from-ar-checkpoint", str(cfg.checkpoint.resolve()), "--freeze-verifier",
         "--criterion", "specdec_joint_loss", "--label-smoothing", "0.1",
-        "--draft-cuts", str(cfg.cuts),
+        "--draft-cuts", str(cfg.cuts), "--draft-soft-weight", str(cfg.soft_weight),
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(cfg.lr),
         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200", "--clip-norm", "1.0",
         "--max-tokens", str(cfg.max_tokens), "--num-workers", "0", "--seed", "1",
@@ -356,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
                    help="wall-clock limit of the training step")
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--soft-weight", type=float, default=d.soft_weight,
+                   help="weight of the verifier's own distribution in the head's targets "
+                   "(0: the distilled tokens alone, 1: the distribution alone)")
     p.add_argument("--init-head", type=Path, default=None,
                    help="start the head from this trained head on the same verifier (a joint "
                    "OUT/model.pt or a head file, OUT/head.pt); new parts start fresh")

@@ -100,3 +100,23 @@ def test_input_not_modified():
     make_draft_cuts(target, states, 4, 2, bos=BOS, pad=PAD,
                     generator=torch.Generator().manual_seed(0))
     assert torch.equal(target, before[0]) and torch.equal(states, before[1])
+
+
+def test_the_soft_targets_read_the_state_that_predicts_each_slot():
+    """``--draft-soft-weight``: slot j of a block cut at m is scored by the
+    verifier's state at input position m + j (the one that predicts target
+    token m + j) through the verifier's output projection."""
+    from fairseq_plugins.specdec_criterion import SpecDecJointLoss
+
+    target = targets(6)
+    states = fake_states(target)
+    cuts = make_draft_cuts(target, states, 3, 2, bos=BOS, pad=PAD,
+                           generator=torch.Generator().manual_seed(0))
+    weight = torch.randn(5, C, generator=torch.Generator().manual_seed(1))
+    head = type("Head", (), {"verifier_output_weight": lambda self: weight})()
+    logits = SpecDecJointLoss._teacher_logits(head, states, cuts).view(-1, 3, 5)
+    for n in range(cuts.rows.numel()):
+        for j in range(3):
+            if cuts.target[n, j] != PAD:
+                state = states[cuts.rows[n], cuts.positions[n] + j]
+                torch.testing.assert_close(logits[n, j], weight @ state)
