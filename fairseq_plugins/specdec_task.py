@@ -265,12 +265,42 @@ def _load_head_weights(model, path: str) -> None:
     except RuntimeError as err:  # shapes differ: another verifier or draft vocabulary
         raise UserError(f"--init-draft-head-from {path} does not fit this head "
                         f"({str(err).splitlines()[-1].strip()})") from None
-    # Only the refinement pass may start fresh: a first pass of another depth
-    # would be half copied.
-    unfit = list(unexpected) + [k for k in missing if not k.startswith("refine_")]
+    # The refinement pass may start fresh, and so may first-pass layers past the
+    # file's, which start as the identity: the deeper head begins as the file's.
+    added = _added_layers(head, missing)
+    unfit = list(unexpected) + [k for k in missing if not k.startswith("refine_")
+                                and _layer_index(k) not in added]
     if unfit:
         raise UserError(f"--init-draft-head-from {path} does not fit this head "
                         f"(parts that differ: {unfit[:3]})")
+    for index in sorted(added):
+        _start_as_identity(model.draft_head.layers[index], path)
     logger.info("draft head from %s (%d tensors fresh: %s)", path, len(missing),
                 sorted({k.split(".")[0] for k in missing}) or "none")
 
+
+
+def _layer_index(key: str) -> int:
+    """The first-pass layer a head weight belongs to (-1: none)."""
+    parts = key.split(".")
+    return int(parts[1]) if parts[0] == "layers" and parts[1].isdigit() else -1
+
+
+def _added_layers(head: dict, missing) -> set:
+    """First-pass layers the model has after all of the head file's (missing whole)."""
+    depth = 1 + max((_layer_index(k) for k in head), default=-1)
+    return {i for i in map(_layer_index, missing) if i >= depth}
+
+
+def _start_as_identity(layer, path: str) -> None:
+    """Zeroes what a pre-norm decoder layer adds to its residual stream (the two
+    attention outputs and the second feed-forward matrix), so the layer passes
+    its input through unchanged and training grows it from there."""
+    if not layer.normalize_before:
+        raise UserError(f"--init-draft-head-from {path}: layers added to a head must be "
+                        "pre-norm (--decoder-normalize-before) to start as the identity")
+    with torch.no_grad():
+        for linear in (layer.self_attn.out_proj, layer.encoder_attn.out_proj, layer.fc2):
+            linear.weight.zero_()
+            if linear.bias is not None:
+                linear.bias.zero_()

@@ -12,7 +12,7 @@ fresh when the shipped head has none), 40 hand-written sentences:
   as the torch pass does: same iterations, sentence by sentence;
 - ``--spec-refine-steps`` changes one decoder's refinement runs, not the head's;
 - ``--init-draft-head-from`` copies a trained head and refuses one that does
-  not fit, in one line.
+  not fit, in one line; a deeper first pass starts as the head it grows from.
 """
 
 import pytest
@@ -183,13 +183,49 @@ def test_init_draft_head_from_copies_a_head_or_refuses_in_one_line(shipped, tmp_
     for key, value in model.draft_head.state_dict().items():
         if not key.startswith("refine_"):
             assert torch.equal(value, shipped_head[key]), key
-    deeper = DraftHead(model.decoder, len(model.draft_head.layers) + 1)
+    head = model.draft_head
+    deeper = DraftHead(model.decoder, len(head.layers) + 1, head.output_projection is not None,
+                       head.vocab_size, refine_layers=len(head.refine_layers))
     other = type("Model", (), {"draft_head": deeper})()
-    with pytest.raises(UserError, match="does not fit") as err:
+    with pytest.raises(UserError, match="must be pre-norm") as err:  # the tiny model is post-norm
         _load_head_weights(other, str(MODEL_DIR / "model.pt"))
+    assert "\n" not in str(err.value)
+    shallower = DraftHead(model.decoder, 1, head.output_projection is not None,
+                          head.vocab_size, refine_layers=len(head.refine_layers))
+    shallower.layers = torch.nn.ModuleList()
+    with pytest.raises(UserError, match="does not fit") as err:
+        _load_head_weights(type("Model", (), {"draft_head": shallower})(),
+                           str(MODEL_DIR / "model.pt"))
     assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="no such file"):
         _load_head_weights(model, str(tmp_path / "missing.pt"))
+
+
+def test_a_deeper_first_pass_starts_as_the_head_it_grows_from(shipped, tmp_path):
+    """``--init-draft-head-from`` a head with fewer first-pass layers: the layers
+    past the file's start as the identity (pre-norm layers), so the deeper head
+    scores every slot as the file's head does, and training grows it from there."""
+    from fairseq_plugins.specdec_task import _load_head_weights
+    from nmt_specdec.model.head_file import write_head_file
+
+    model, task, sources = shipped
+    kept, normalize_before = model.draft_head, model.decoder.cfg.decoder.normalize_before
+    model.decoder.cfg.decoder.normalize_before = True  # the head's layers are built from it
+    try:
+        torch.manual_seed(0)
+        model.draft_head = DraftHead(model.decoder, 1).eval()
+        path = write_head_file(model, tmp_path / "one.pt")
+        _load_head_weights(model, str(path))  # its weights as the file holds them
+        one = model.draft_head
+        model.draft_head = deeper = DraftHead(model.decoder, 2).eval()
+        _load_head_weights(model, str(path))
+        block = _block(model, task, sources)
+        with torch.no_grad():
+            torch.testing.assert_close(deeper(*block, K), one(*block, K))
+        assert deeper.layers[1].fc1.weight.abs().sum() > 0  # only its outputs start at zero
+    finally:
+        model.draft_head = kept
+        model.decoder.cfg.decoder.normalize_before = normalize_before
 
 
 def test_init_draft_head_from_takes_a_head_file_of_the_same_verifier(shipped, tmp_path):
