@@ -9,6 +9,9 @@ the shared embeddings are detached, so the draft loss never changes the
 verifier or the encoder, also when both are trained jointly. The two losses are
 logged separately, with the draft head's accuracy over all slots and on slot 1
 (and, with a refinement pass, its teacher-forced accuracy ``refine_acc``).
+With ``--draft-soft-weight`` α each slot's target is (1 - α) its token plus α
+the verifier's own distribution there (soft labels, as DistillSpec distils its
+drafters), read off the same states through the verifier's output projection.
 
 With ``--cached-states`` (a frozen verifier) a batch carries the verifier's
 encoder output and decoder states, computed once before training: the verifier
