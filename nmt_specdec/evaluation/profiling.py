@@ -88,29 +88,24 @@ def instrumented(generator, device: torch.device) -> Iterator[_Clock]:
     """Wraps the generator's model calls with a clock; restores them on exit."""
     clock = _Clock(device)
     backend, drafter, verifier = generator.backend, generator.drafter, generator.lean_verifier()
-    patches = [(backend, "encode"), (drafter, "propose"), (verifier, "verify")]
-    if getattr(backend, "name", None) == "onnxruntime":  # every graph's calls go through it
-        from nmt_specdec.decoding.backends.onnxruntime.graph_session import GraphSession
-
-        # run() binds, then calls run_bound(); a repeated verify call calls it alone.
-        patches.append((GraphSession, "run_bound"))
+    patches = [(backend, "encode", "encoder"), (drafter, "propose", "draft"),
+               (verifier, "verify", "verify")]
+    runtime = getattr(backend, "runtime_calls", ())  # every graph's calls go through them
+    patches += [(owner, attr, RUNTIME) for owner, attr in runtime]
+    if runtime:
         clock.seconds[RUNTIME] = 0.0
     # Instance attributes that existed before (rather than class methods) come back.
-    saved = [vars(owner).get(attr, _MISSING) for owner, attr in patches]
-    for owner, attr in patches:
-        setattr(owner, attr, clock.wrap(_component(attr), getattr(owner, attr)))
+    saved = [vars(owner).get(attr, _MISSING) for owner, attr, _ in patches]
+    for owner, attr, component in patches:
+        setattr(owner, attr, clock.wrap(component, getattr(owner, attr)))
     try:
         yield clock
     finally:
-        for (owner, attr), value in zip(patches, saved):
+        for (owner, attr, _), value in zip(patches, saved):
             if value is _MISSING:
                 delattr(owner, attr)  # the class's method shows through again
             else:
                 setattr(owner, attr, value)
-
-
-def _component(attr: str) -> str:
-    return {"encode": "encoder", "propose": "draft", "run_bound": RUNTIME}.get(attr, "verify")
 
 
 def profile_run(task, run: Run, device: torch.device) -> Profile:

@@ -23,7 +23,7 @@ Shapes: B rows, N new positions, C model dim, V vocabulary.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 from torch import Tensor
 
@@ -111,10 +111,13 @@ class Backend:
         static_passes: the static loop (:class:`~nmt_specdec.decoding.loops.StaticLoop`)
             runs this backend's lean torch passes on a GPU.
         calls: runtime calls so far, by kind (``encode``, ``verify``, ``draft``).
+        runtime_calls: (class, method name) pairs every call into the backend's
+            own runtime passes through (profiling times them as the runtime's).
     """
 
     name = "?"
     static_passes = False
+    runtime_calls: Tuple[Tuple[type, str], ...] = ()
 
     def __init__(self) -> None:
         self.calls: Counter = Counter()

@@ -272,6 +272,7 @@ class OrtBackend(Backend):
     """
 
     name = "onnxruntime"
+    runtime_calls = ((GraphSession, "run_bound"),)  # run() binds, then calls it
 
     def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
                  threads: Optional[int] = None, fused_draft: bool = False,
