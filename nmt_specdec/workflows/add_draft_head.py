@@ -319,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(0: the distilled tokens alone, 1: the distribution alone)")
     p.add_argument("--init-head", type=Path, default=None,
                    help="start the head from this trained head on the same verifier (a joint "
-                   "OUT/model.pt or a head file, OUT/head.pt); new parts start fresh")
+                   "OUT/model.pt or a head file, OUT/head.pt); a refinement it lacks starts "
+                   "fresh, first-pass layers beyond its own (--layers) as the identity")
     p.add_argument("--extra-source", type=Path, default=None,
                    help="monolingual source text (one sentence per line) whose verifier "
                    "translations are added to the head's training data")

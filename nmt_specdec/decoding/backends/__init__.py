@@ -68,16 +68,16 @@ def check_backend(name: str, int8: bool = False, fused_draft: bool = False) -> N
     for flag, option, value in (("--int8", "int8", int8),
                                 ("--fused-draft", "fused_draft", fused_draft)):
         if value and option not in options:
-            having = [b for b in BACKENDS[1:] if option in _package(b).OPTIONS]
-            raise UserError(f"{flag} needs --backend {' or '.join(having)}")
+            raise UserError(f"{flag} needs --backend "
+                            f"{_having(lambda package: option in package.OPTIONS)}")
 
 
 def check_drafter(name: str, kind: str) -> None:
     """Raises :class:`UserError` where backend ``name`` does not make the
     ``--spec-drafter`` ``kind`` (its package's ``DRAFTERS``), naming those that do."""
     if kind not in _package(name).DRAFTERS:
-        having = [b for b in BACKENDS[1:] if kind in _package(b).DRAFTERS]
-        raise UserError(f"--spec-drafter {kind} needs --backend {' or '.join(having)} "
+        having = _having(lambda package: kind in package.DRAFTERS)
+        raise UserError(f"--spec-drafter {kind} needs --backend {having} "
                         f"(this is {name})")
 
 
@@ -90,8 +90,7 @@ def check_half(name: str) -> None:
     """Raises :class:`UserError` where backend ``name`` runs float32 models only
     (``auto`` takes half precision: it picks ``torch`` for it)."""
     if name != "auto" and not _package(name).HALF:
-        having = [b for b in BACKENDS[1:] if _package(b).HALF]
-        raise UserError(f"--fp16/--bf16 decode with --backend {' or '.join(having)} "
+        raise UserError(f"--fp16/--bf16 decode with --backend {_having(lambda p: p.HALF)} "
                         f"({name} runs float32 models and --int8)")
 
 
@@ -112,6 +111,11 @@ def make_backend(name: str, model: nn.Module, tgt_dict, int8: bool = False,
     check_backend(name, int8, fused_draft)
     return _package(name).create(model, tgt_dict, int8=int8, fused_draft=fused_draft,
                                  exact_scores=exact_scores, refine_steps=refine_steps)
+
+
+def _having(ability) -> str:
+    """The backends whose package has ``ability`` (a test of the package), "a or b"."""
+    return " or ".join(b for b in BACKENDS[1:] if ability(_package(b)))
 
 
 def _package(name: str):
