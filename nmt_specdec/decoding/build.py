@@ -39,8 +39,6 @@ logger = logging.getLogger(__name__)
 # The largest K of --spec-k auto with --spec-drafter verifier-int8 (the fastest fixed K
 # on the gettext test sentences, README "Drafting with the verifier's 8-bit copy").
 VERIFIER_DRAFTER_K = 4
-# The K of --spec-k auto under --sampling (a fixed K; see sampling_options).
-SAMPLING_K = 2
 
 NO_DRAFT_HEAD = (
     "--spec-decoding needs a checkpoint with a draft head, and this one has none; train one "
@@ -149,7 +147,7 @@ def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
                     args) -> SpecDecGenerator:
     sampling = sampling_rule(args)
     if sampling is not None:
-        options = sampling_options(model, options)
+        check_sampling(options)
     options = resolve(model, options)
     if args.beam != 1:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
@@ -173,32 +171,25 @@ def sampling_rule(args) -> Optional[SamplingRule]:
     return SamplingRule(topk=args.sampling_topk, topp=args.sampling_topp)
 
 
-def sampling_options(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
-    """``options`` as speculative sampling takes them, or a one-line refusal of
-    what it cannot take (docs/engine.md, "Speculative sampling").
-
-    ``--spec-k auto`` drafts a fixed K (:data:`SAMPLING_K`, at most the head's
-    block): a K chosen from timings would make the sample depend on them.
-    """
+def check_sampling(options: DecodingOptions) -> None:
+    """Refuses, in one line, what speculative sampling cannot take (docs/engine.md,
+    "Speculative sampling"). Drafting never changes the sample, so any
+    ``--spec-k`` (auto too) is taken."""
     if options.beta != 1 or options.tau != 0:
         raise UserError("--spec-beta/--spec-tau relax greedy verification; --sampling "
-                        "accepts by speculative sampling: drop them")
+                        "keeps exactly the sampled tokens: drop them")
     if options.candidates > 1:
-        raise UserError("--spec-candidates > 1 does not combine with --sampling: exact "
-                        "speculative sampling is proven here for a chain of drafts")
+        raise UserError("--spec-candidates > 1 does not combine with --sampling: sampled "
+                        "drafts come one per slot")
     if options.drafter != "head":
         raise UserError(f"--sampling drafts from the draft head's distribution; --spec-drafter "
                         f"{options.drafter} gives tokens only")
-    k = options.k
-    if k is None:
-        k = min(SAMPLING_K, getattr(model, "draft_block_size", 0))
     if options.fused_draft:
         raise UserError("--fused-draft drafts the head's greedy tokens inside the verify call; "
                         "--sampling draws them from its distribution: drop --fused-draft")
     if options.int8:
         raise UserError("--int8 scores a sentence differently in batches of other sizes, so its "
                         "sample would depend on its batch: drop --int8 with --sampling")
-    return dataclasses.replace(options, k=k, auto_k=False)
 
 
 def _deterministic(model: nn.Module, tgt_dict, options: DecodingOptions, args,

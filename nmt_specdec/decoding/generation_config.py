@@ -174,7 +174,7 @@ def add_sampling_flags(parser) -> None:
     (``nmt-specdec-translate``): the same names, defaults and meaning."""
     parser.add_argument("--sampling", action="store_true", help="sample each token instead of "
                         "taking the best (with --spec-decoding: speculative sampling, the same "
-                        "distribution)")
+                        "sample)")
     parser.add_argument("--sampling-topk", type=int, default=-1, metavar="K",
                         help="sample among the K likeliest tokens (-1: all)")
     parser.add_argument("--sampling-topp", type=float, default=-1.0, metavar="P",

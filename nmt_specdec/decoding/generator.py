@@ -137,7 +137,7 @@ class SpecDecGenerator(nn.Module):
         loop = self.loop or choose_loop(max_len.numel(), k_max, verifier.embed.device,
                                         self.rules, self._row_buffers, self._static,
                                         self.sampling is not None)
-        finished = loop(self._parts(verifier, start), start)
+        finished = loop(self._parts(verifier), start)
         self._end_batch(finished, started)
         return [[self._fairseq_hypothesis(*item)] for item in finished]
 
@@ -146,13 +146,9 @@ class SpecDecGenerator(nn.Module):
         """Time this generator has spent capturing CUDA graphs, all batches so far."""
         return 0.0 if self._static is None else self._static.capture_seconds
 
-    def _parts(self, verifier: VerifierCalls, start: BatchStart) -> LoopParts:
-        # A sampled row drafts K every turn where the positions allow it past the
-        # batch's longest limit, so that its draws never depend on the batch.
-        steady = (self.sampling is not None
-                  and max(start.limits) + start.k_max < self.lengths.max_positions)
+    def _parts(self, verifier: VerifierCalls) -> LoopParts:
         return LoopParts(self.options, self.rules, self.drafter, self.k_policy, self.stats,
-                         verifier, self.sampling, steady)
+                         verifier, self.sampling)
 
     def _sentence_keys(self, sample: dict, max_len: Tensor) -> Optional[Tensor]:
         """(B,) the sampling draws' key of each sentence: the seed and its ``id``

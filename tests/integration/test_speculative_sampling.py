@@ -4,10 +4,10 @@ On a random-weight model whose outputs are short enough to enumerate, the
 exact probability of every output under fairseq's sampling (``search.Sampling``
 applied to the constrained, tempered log-probabilities, step by step) is
 compared with the frequencies of 20,000 SpecDec samples (K = 2, the random draft
-head proposing far from the verifier, so that both acceptance and the residual
-decide often) in a chi-square test at significance 0.001. The same test must
-reject each of three deliberate mistakes in the acceptance rule, and the draws
-must not depend on the batch.
+head proposing far from the verifier, so that drafts are both kept and
+rejected often) in a chi-square test at significance 0.001. The same test must
+reject each of three deliberate mistakes in the rule, the draws must not depend
+on the batch, and drafting must not change a sample.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from fairseq.dataclass.configs import GenerationConfig
 from fairseq.search import Sampling
 from scipy.stats import chisquare
 
-from nmt_specdec.decoding.decision import sampling as sampling_rule
-from nmt_specdec.decoding.decision.acceptance import Acceptance
 from nmt_specdec.decoding.build import build_decoder
-from nmt_specdec.decoding.decision.sampling import categorical
-from nmt_specdec.decoding.loops import sampled
+from nmt_specdec.decoding.decision import draws
+from nmt_specdec.decoding.decision import sampling as sampling_rule
+from nmt_specdec.decoding.decision.tree import Acceptance
+from nmt_specdec.decoding.loops import batched
 from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.specdec_toy import random_specdec_model, select_rows, source_batch
 
@@ -163,52 +163,37 @@ def test_samples_follow_fairseqs_sampling_distribution(toy, onnx_cache, name, ba
     assert chi_square_p(counts, exact) > SIGNIFICANCE
 
 
-def _at_stop(target, proposal, num_accepted):
-    """``p`` and ``q`` (q = 0 after the last slot) where each row stopped."""
-    padded = torch.cat([proposal.double(), torch.zeros_like(target[:, :1])], 1)
-    at = num_accepted.view(-1, 1, 1).expand(-1, 1, target.size(-1))
-    return target.gather(1, at).squeeze(1), padded.gather(1, at).squeeze(1)
+def _uniform_noise(keys, positions, ids):
+    """Mistake 1: the uniform itself as the noise, not -log(-log u)."""
+    return (-draws.gumbel(keys, positions, ids)).exp().neg().exp()
 
 
-def _corrected(right: Acceptance, stop: torch.Tensor, residual_draws) -> Acceptance:
-    draw = residual_draws.gather(1, right.num_accepted.unsqueeze(1)).squeeze(1)
-    return right._replace(correction=categorical(stop, draw))
+def _noise_of_every_position_alike(keys, positions, ids):
+    """Mistake 2: the noise keyed without the output position."""
+    return draws.gumbel(keys, torch.zeros_like(positions), ids)
 
 
-def _no_residual(target, proposal, drafts, accept_draws, residual_draws):
-    """Mistake 1: after a rejection, the token is drawn from p itself."""
-    right = sampling_rule.accept_sampled(target, proposal, drafts, accept_draws, residual_draws)
-    p_stop, _ = _at_stop(target, proposal, right.num_accepted)
-    return _corrected(right, p_stop, residual_draws)
+def _drafts_kept_inside_the_cut(scores, drafts, rule):
+    """Mistake 3: a draft kept wherever it is inside the cut (a finite perturbed
+    score), not only as the perturbed argmax."""
+    num_slots = drafts.size(1)
+    inside = scores[:, :num_slots].gather(-1, drafts.unsqueeze(-1)).squeeze(-1).isfinite()
+    accepted = inside.long().cumprod(dim=1).bool()
+    num_accepted = accepted.sum(1)
+    at = scores.gather(1, num_accepted.view(-1, 1, 1).expand(-1, 1, scores.size(-1)))
+    return Acceptance(accepted, num_accepted, at.squeeze(1).argmax(-1))
 
 
-def _residual_reversed(target, proposal, drafts, accept_draws, residual_draws):
-    """Mistake 2: the residual taken from the draft's side, max(0, q - p) (within
-    p's support: the length limits stay kept)."""
-    right = sampling_rule.accept_sampled(target, proposal, drafts, accept_draws, residual_draws)
-    p_stop, q_stop = _at_stop(target, proposal, right.num_accepted)
-    residual = (q_stop - p_stop).clamp(min=0) * (p_stop > 0)
-    return _corrected(right, torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_stop),
-                      residual_draws)
-
-
-def _q_ignored(target, proposal, drafts, accept_draws, residual_draws):
-    """Mistake 3: the acceptance test ignores the draft's q (accept with p(x))."""
-    wrong = sampling_rule.accept_sampled(target, torch.ones_like(proposal), drafts,
-                                         accept_draws, residual_draws)
-    p_stop, q_stop = _at_stop(target, proposal, wrong.num_accepted)
-    residual = (p_stop - q_stop).clamp(min=0)
-    return _corrected(wrong, torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_stop),
-                      residual_draws)
-
-
-@pytest.mark.parametrize("mistake", [_no_residual, _residual_reversed, _q_ignored],
-                         ids=["no-residual", "residual-reversed", "q-ignored"])
-def test_the_test_rejects_a_wrong_rule(toy, monkeypatch, mistake):
+@pytest.mark.parametrize("where,mistake", [
+    ((sampling_rule, "gumbel"), _uniform_noise),
+    ((sampling_rule, "gumbel"), _noise_of_every_position_alike),
+    ((batched, "accept_drafts"), _drafts_kept_inside_the_cut)],
+    ids=["uniform-noise", "noise-without-position", "drafts-kept-inside-the-cut"])
+def test_the_test_rejects_a_wrong_rule(toy, monkeypatch, where, mistake):
     model, dictionary, source = toy
     setting = SETTINGS["top-k"]
     exact = exact_distribution(model, dictionary, source, setting)
-    monkeypatch.setattr(sampled, "accept_sampled", mistake)
+    monkeypatch.setattr(*where, mistake)
     counts, _ = specdec_samples(model, dictionary, source, setting)
     assert chi_square_p(counts, exact) < 1e-6
 
@@ -244,6 +229,18 @@ def test_a_sentences_sample_depends_on_the_seed_and_its_position_alone(
     assert _sampled(model, dictionary, sample, k, 32, SEED, *setting) == whole
     assert _sampled(model, dictionary, sample, k, 32, SEED + 1, *setting) != whole
     assert len(set(map(len, whole))) > 3
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_drafting_never_changes_a_sample(toy, onnx_cache, backend):
+    """A token is the perturbed argmax of the verifier's scores at its output
+    position, whoever drafted it: SpecDec at K=2 gives the engine's own sampling
+    (K=0) byte for byte, in batches (tensor forms) and one by one (host forms)."""
+    model, dictionary, _ = toy
+    sample = source_batch(dictionary, [3 + (7 * i) % 10 for i in range(16)], seed=5)
+    plain = _sampled(model, dictionary, sample, 0, 8, backend=backend)
+    assert _sampled(model, dictionary, sample, 2, 8, backend=backend) == plain
+    assert _sampled(model, dictionary, sample, 2, 1, backend=backend) == plain
 
 
 def test_equal_lines_draw_independently(toy):

@@ -18,8 +18,9 @@ decide on the host):
   (:func:`~.tree.resolve_tree` / :func:`~.tree.accept_host`, which also takes chains);
 - :mod:`.scores`: log-probabilities of committed tokens from raw logits, and
   when an 8-bit projection's bound certifies a decision;
-- :mod:`.sampling` and :mod:`.draws`: speculative sampling (the verifier's
-  sampling distribution, exactly) and its batch-invariant draws.
+- :mod:`.sampling` and :mod:`.draws`: sampling as beta = 1 on perturbed scores
+  (the verifier's sampling distribution, exactly, whatever was drafted) and
+  its batch-invariant noise.
 
 ``tests/unit/test_decision_forms.py`` holds each torch form equal to its host
 form on random and tied scores. The layer imports nothing else of the engine.

@@ -1,20 +1,21 @@
 """Random draws that depend on what they decide, never on the batch.
 
-Speculative sampling draws three numbers per draft slot: one to sample the
-draft, one to accept it, one to sample the verifier's token where it stops.
-Each is a hash of (seed, sentence, turn, slot, purpose): the sentence is its
-position in the input (fairseq's sample ``id``), the turn is the committed
-length it starts from (unique per turn of a row). A sentence's sample then
-depends on the seed, the sentence and its position alone: the same bytes at
-any batch size, on any device, on a rerun, and two equal lines still draw
-independently. A global generator would hand each row whatever the rows before
-it left over.
+Sampling takes, at each output position, the token whose log-probability plus
+Gumbel noise is the largest (the Gumbel-max trick, :mod:`.sampling`). The noise
+of token j at output position t of a sentence is a hash of (seed, sentence, t,
+j): the sentence is its position in the input (fairseq's sample ``id``), t the
+buffer index the token is written to (BOS at 0). So a sentence's sample
+depends on the seed, the sentence and its position alone: the same bytes at any
+batch size, on any device, on a rerun, with or without drafting, and two equal
+lines still draw independently. A global generator would hand each row whatever
+the rows before it left over.
 
 The hash is PCG's output permutation (O'Neill, 2014) on 32-bit words held in
 int64 tensors (every product stays below 2**63), chained over the fields; two
-words make a 53-bit uniform in float64, strictly inside (0, 1).
+words make a 53-bit uniform in float64, strictly inside (0, 1), and
+``-log(-log(u))`` a standard Gumbel variate.
 
-Shapes: B rows, S slots.
+Shapes: B rows, N positions, S tokens per position.
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# Purposes: what a draw decides (the last field of its key).
-DRAFT, ACCEPT, RESIDUAL = 0, 1, 2
-_PURPOSES = 3
 _WORD = 0xFFFFFFFF
 
 
@@ -49,31 +47,25 @@ def sentence_keys(seed: int, ids: Tensor) -> Tensor:
 
 
 def _unit(hashed, field):
-    """53-bit integers (int64, a tensor or an array) from a row's turn hash and the
-    fields of its draws; :func:`uniforms` and :func:`uniforms_host` scale them."""
-    hashed = _permute(hashed ^ field)  # a field below 2**32
+    """53-bit integers (int64, a tensor or an array) from a position's hash and
+    the token ids below 2**32; :func:`gumbel` and :func:`gumbel_host` scale them."""
+    hashed = _permute(hashed ^ field)
     high = _permute(hashed ^ 0x9E3779B9) >> 6  # 26 bits
     low = _permute(high ^ hashed) >> 5  # 27 bits
     return high * 2 ** 27 + low
 
 
-def uniforms(keys: Tensor, turn: Tensor, slots: int) -> Tensor:
-    """(B, S, 3) float64 draws strictly inside (0, 1), per row, slot and purpose
-    (the last axis: :data:`DRAFT`, :data:`ACCEPT`, :data:`RESIDUAL`).
-
-    Args:
-        keys: (B,) :func:`sentence_keys` of the rows.
-        turn: (B,) what makes each row's turn unique: its committed length.
-        slots: S.
-    """
-    field = torch.arange(slots * _PURPOSES, device=keys.device).view(1, slots, _PURPOSES)
-    hashed = _fold(keys, turn).view(-1, 1, 1)  # (B, 1, 1): the row's turn
-    return (_unit(hashed, field).double() + 0.5) / 2 ** 53
+def gumbel(keys: Tensor, positions: Tensor, ids: Tensor) -> Tensor:
+    """(B, N, S) float64 Gumbel noise of tokens ``ids`` (B, N, S) at output
+    ``positions`` (B, N) of the rows with :func:`sentence_keys` ``keys`` (B,)."""
+    hashed = _fold(keys.view(-1, 1), positions).unsqueeze(-1)  # (B, N, 1)
+    uniform = (_unit(hashed, ids).double() + 0.5) / 2 ** 53
+    return -torch.log(-torch.log(uniform))
 
 
-def uniforms_host(key: int, turn: int, slots: int) -> np.ndarray:
-    """(S, 3) :func:`uniforms` of one row on the host, the same bits (integer
-    arithmetic in int64 either way)."""
-    field = np.arange(slots * _PURPOSES, dtype=np.int64).reshape(slots, _PURPOSES)
-    hashed = _fold(np.int64(key), np.int64(turn))
-    return (_unit(hashed, field).astype(np.float64) + 0.5) / 2 ** 53
+def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """:func:`gumbel` of one row on the host, the same integer bits (int64 either
+    way): (M,) float64 noise of tokens ``ids`` (M,) at output ``positions`` (M,)."""
+    hashed = _fold(np.int64(key), positions.astype(np.int64))
+    uniform = (_unit(hashed, ids.astype(np.int64)).astype(np.float64) + 0.5) / 2 ** 53
+    return -np.log(-np.log(uniform))

@@ -1,44 +1,45 @@
-"""Speculative sampling over a chain: the verifier's sampling distribution, exactly.
+"""Sampling as greedy decoding on perturbed scores: the verifier's sampling
+distribution, exactly, and the same sample with or without drafts.
 
 The target ``p`` at each position is what fairseq's ``--sampling --beam 1``
 samples from (``search.Sampling``): the constrained log-probabilities, tempered
 before the softmax, cut to the top-k tokens (``--sampling-topk``) or to the
-smallest set whose probability reaches ``--sampling-topp``, renormalised. The
-draft head proposes each slot from its own distribution ``q`` (its logits
-under the same temperature and cut), the slots drawn independently.
+smallest set whose probability reaches ``--sampling-topp``, renormalised.
 
-The rule (Leviathan et al., 2023; Chen et al., 2023): draft ``x`` at slot i is
-accepted with probability ``min(1, p_i(x) / q_i(x))``; at the first rejection
-the token is drawn from ``max(0, p_i - q_i)`` renormalised; after K accepted
-drafts the bonus token is drawn from ``p_K``. Every committed token is then
-distributed as ``p`` given the tokens before it (docs/engine.md gives the
-proof and what it needs: a ``q_i`` that does not depend on the other slots'
-draws, which holds for the head's slots and its refinement, but not for trees).
+The Gumbel-max trick: with independent standard Gumbel noise ``g_j`` per token,
+``argmax_j (log p_j + g_j)`` is distributed as ``p``. The noise of a token at an
+output position is a hash of the seed, the sentence, the position and the token
+(:mod:`.draws`), so the token sampled at a position is a function of the
+verifier's scores there and nothing else. :meth:`SamplingRule.perturbed` writes
+those perturbed scores (``-inf`` outside the cut), and every decision after it
+is beta = 1's: a draft is kept where it is the perturbed argmax, the first
+rejection takes the perturbed argmax, after K kept drafts so does the bonus
+token (:func:`~.acceptance.accept_drafts`, :func:`~.tree.accept_host`). Each
+committed token is then exactly the token the engine's own sampling (K = 0)
+draws there, which is distributed as fairseq's sampling: drafts change the
+cost, never the sample (docs/engine.md gives the argument).
 
-Draws come from :mod:`.draws` (one uniform per slot and purpose), so a
-sentence's sample does not depend on its batch.
+The drafts are the draft head's perturbed argmax under the same noise
+(:func:`draft_lprobs` under the same temperature and cut): where the head's
+distribution ``q`` is close to ``p`` the two argmaxes agree, which is what
+acceptance needs; any drafter would keep the output exact.
 
-Each step has a tensor form for B rows (:meth:`SamplingRule.distribution`,
-:func:`categorical`, :func:`accept_sampled`) and a host form for one row
-(:meth:`SamplingRule.support`, :func:`categorical_host`,
-:func:`accept_sampled_host`) that holds a distribution as its support: the same
-float64 values in the same token order, so both forms draw the same tokens
-from the same uniforms (a float64 rounding apart).
+Each step has a tensor form for B rows (:meth:`SamplingRule.perturbed`) and a
+host form for one row (:meth:`SamplingRule.perturbed_host`), which write the
+same float64 values for the same tokens.
 
-Shapes: B rows, K draft slots, V vocabulary, S a support's tokens.
+Shapes: B rows, N positions, V vocabulary, S tokens inside a position's cut.
 """
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Tuple
+from typing import NamedTuple, Sequence, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.acceptance import Acceptance
-from nmt_specdec.decoding.decision.draws import ACCEPT, RESIDUAL
+from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host
 
 
 class SamplingRule(NamedTuple):
@@ -54,36 +55,63 @@ class SamplingRule(NamedTuple):
     topk: int = -1
     topp: float = -1.0
 
-    def distribution(self, lprobs: Tensor) -> Tensor:
-        """(..., V) float64 probabilities to sample from, from log-probabilities
-        (fairseq: constrained, not renormalised after the constraints)."""
-        probs = lprobs.double().exp()
+    def support(self, lprobs: Tensor) -> Tensor:
+        """(..., V) bool: the tokens inside the cut of (..., V) log-probabilities
+        (fairseq: constrained, not renormalised after the constraints); ties
+        with the k-th likeliest are inside."""
         if self.topp > 0:
-            probs = _nucleus(probs, self.topp)
-        elif self.topk > 0:
-            kth = probs.topk(min(self.topk, probs.size(-1)), dim=-1).values[..., -1:]
-            probs = probs.masked_fill(probs < kth, 0.0)
-        return probs / probs.sum(-1, keepdim=True)
+            return _nucleus(lprobs.double().exp(), self.topp)
+        if 0 < self.topk < lprobs.size(-1):
+            kth = lprobs.topk(self.topk, dim=-1).values[..., -1:]
+            return lprobs >= kth
+        return torch.ones_like(lprobs, dtype=torch.bool)
 
-    def proposal(self, draft_logits: Tensor, temperature: float) -> Tensor:
-        """(B, K, V) ``q``: the draft head's logits under the same temperature and cut."""
-        return self.distribution(draft_lprobs(draft_logits, temperature))
+    def perturbed(self, lprobs: Tensor, keys: Tensor, positions: Tensor) -> Tensor:
+        """(B, N, V) float64: ``lprobs`` plus each token's noise inside the cut,
+        ``-inf`` outside it; its argmax at a position is that position's sample.
 
-    def support(self, lprobs: np.ndarray) -> "Support":
-        """:meth:`distribution` of one position's (V,) float32 log-probabilities."""
+        Args:
+            lprobs: (B, N, V) log-probabilities.
+            keys: (B,) the rows' :func:`~.draws.sentence_keys`.
+            positions: (B, N) the output position each of the N predicts.
+        """
+        inside = self.support(lprobs)
+        # Noise for the tokens inside the cut only (the widest cut of the call).
+        width = int(inside.sum(-1).max())
+        ids = lprobs.masked_fill(~inside, float("-inf")).topk(width, dim=-1).indices
+        scores = lprobs.gather(-1, ids).double() + gumbel(keys, positions, ids)
+        scores = scores.masked_fill(~inside.gather(-1, ids), float("-inf"))
+        out = torch.full(lprobs.shape, float("-inf"), dtype=torch.float64,
+                         device=lprobs.device)
+        return out.scatter(-1, ids, scores)
+
+    def inside_host(self, lprobs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """:meth:`support` of one row's (N, V) float32 log-probabilities on the
+        host: ``(positions, ids)`` of every token inside, increasing."""
         if self.topp > 0:
-            probs = np.exp(lprobs.astype(np.float64))
-            order = np.argsort(-probs, kind="stable")
-            inside = np.cumsum(probs[order]) < self.topp
-            inside[min(int(inside.sum()), probs.size - 1)] = True
-            ids = np.sort(order[inside])
-        elif 0 < self.topk < lprobs.size:
-            kth = np.partition(lprobs, lprobs.size - self.topk)[lprobs.size - self.topk]
-            ids = np.flatnonzero(lprobs >= kth)
-        else:
-            ids = np.arange(lprobs.size)
-        probs = np.exp(lprobs[ids].astype(np.float64))
-        return Support(ids, probs / probs.sum())
+            inside = np.zeros(lprobs.shape, dtype=bool)
+            for row, scores in enumerate(lprobs):
+                probs = np.exp(scores.astype(np.float64))
+                order = np.argsort(-probs, kind="stable")
+                kept = np.cumsum(probs[order]) < self.topp
+                kept[min(int(kept.sum()), probs.size - 1)] = True
+                inside[row, order[kept]] = True
+            return np.nonzero(inside)
+        vocab = lprobs.shape[1]
+        if 0 < self.topk < vocab:
+            kth = np.partition(lprobs, vocab - self.topk, axis=1)[:, vocab - self.topk]
+            return np.nonzero(lprobs >= kth[:, None])
+        return np.nonzero(np.ones(lprobs.shape, dtype=bool))
+
+    def perturbed_host(self, lprobs: np.ndarray, key: int,
+                       positions: Sequence[int]) -> np.ndarray:
+        """:meth:`perturbed` of one row on the host: (N, V) float64 from (N, V)
+        float32 log-probabilities, ``positions`` the N output positions."""
+        rows, ids = self.inside_host(lprobs)
+        noise = gumbel_host(key, np.asarray(positions, dtype=np.int64)[rows], ids)
+        out = np.full(lprobs.shape, -np.inf)
+        out[rows, ids] = lprobs[rows, ids].astype(np.float64) + noise
+        return out
 
 
 def draft_lprobs(draft_logits: Tensor, temperature: float) -> Tensor:
@@ -91,108 +119,12 @@ def draft_lprobs(draft_logits: Tensor, temperature: float) -> Tensor:
     return torch.log_softmax(draft_logits.float() / temperature, -1)
 
 
-class Support(NamedTuple):
-    """One position's sampling distribution on the host, where it is not 0.
-
-    Attributes:
-        ids: (S,) token ids, increasing.
-        probs: (S,) float64 probabilities of ``ids``.
-    """
-
-    ids: np.ndarray
-    probs: np.ndarray
-
-    def at(self, token: int) -> float:
-        """The probability of ``token`` (0 outside the support)."""
-        where = int(np.searchsorted(self.ids, token))
-        return float(self.probs[where]) if where < self.ids.size and \
-            self.ids[where] == token else 0.0
-
-
 def _nucleus(probs: Tensor, topp: float) -> Tensor:
-    """``probs`` outside fairseq's top-p set zeroed: the likeliest tokens up to and
-    including the first whose running sum reaches ``topp`` (``_sample_topp``)."""
+    """Whether each token is in fairseq's top-p set of ``probs`` (``_sample_topp``):
+    the likeliest tokens up to and including the first whose running sum
+    reaches ``topp``."""
     ranked, order = probs.sort(dim=-1, descending=True)
     inside = ranked.cumsum(-1) < topp
     last = inside.sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
     inside = inside.scatter(-1, last, True)
-    return torch.zeros_like(probs).scatter(-1, order, ranked * inside)
-
-
-def categorical(probs: Tensor, draws: Tensor) -> Tensor:
-    """(...) the token whose cumulative probability first reaches ``draws``:
-    a sample from each row of ``probs`` (..., V, summing to 1 or more) given a
-    uniform in (0, 1). A zero-probability token is never returned."""
-    cumulative = probs.double().cumsum(-1)
-    target = draws.unsqueeze(-1) * cumulative[..., -1:]
-    return (cumulative < target).sum(-1).clamp(max=probs.size(-1) - 1)
-
-
-def categorical_host(support: Support, draw: float) -> int:
-    """:func:`categorical` on the host: the zero-probability tokens that the
-    tensor form skips add exact zeros to its running sum."""
-    cumulative = np.cumsum(support.probs)
-    index = int(np.count_nonzero(cumulative < draw * cumulative[-1]))
-    return int(support.ids[min(index, support.ids.size - 1)])
-
-
-def accept_sampled_host(targets: List[Support], proposals: List[Support], drafts: List[int],
-                        draws: np.ndarray) -> Tuple[int, int]:
-    """:func:`accept_sampled` for one row: ``(accepted drafts, token after them)``.
-
-    Args:
-        targets: K+1 ``p``, proposals: K ``q``, drafts: the K drafts.
-        draws: (K+1, 3) the turn's :func:`~.draws.uniforms_host`.
-    """
-    accepted = 0
-    while accepted < len(drafts) and draws[accepted, ACCEPT] * \
-            proposals[accepted].at(drafts[accepted]) < targets[accepted].at(drafts[accepted]):
-        accepted += 1
-    target = targets[accepted]
-    residual = target
-    if accepted < len(drafts):
-        q = proposals[accepted]
-        where = np.searchsorted(q.ids, target.ids).clip(max=max(q.ids.size - 1, 0))
-        q_at = np.where(q.ids[where] == target.ids, q.probs[where], 0.0)
-        left = np.maximum(target.probs - q_at, 0.0)
-        if left.sum() > 0:  # rounding may leave no mass where p == q: p itself then
-            residual = Support(target.ids, left)
-    return accepted, categorical_host(residual, draws[accepted, RESIDUAL])
-
-
-def accept_sampled(target: Tensor, proposal: Tensor, drafts: Tensor, accept_draws: Tensor,
-                   residual_draws: Tensor) -> Acceptance:
-    """Speculative sampling's acceptance of a chain and the token after it.
-
-    Args:
-        target: (B, K+1, V) ``p``: position i samples the token after draft i-1.
-        proposal: (B, K, V') ``q``: what each draft was drawn from, over the
-            first V' <= V ids (a draft vocabulary; 0 beyond).
-        drafts: (B, K) the drafts.
-        accept_draws: (B, K) uniforms of the acceptance tests.
-        residual_draws: (B, K+1) uniforms of the token after the accepted drafts
-            (only the one at ``num_accepted`` is read).
-
-    Returns:
-        The :class:`Acceptance`: ``correction`` is the residual's sample after a
-        rejection, ``p``'s after K accepted drafts.
-    """
-    num_slots, vocab = drafts.size(1), target.size(-1)
-    if proposal.size(-1) < vocab:
-        proposal = F.pad(proposal, (0, vocab - proposal.size(-1)))
-    p_draft = target[:, :num_slots].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    q_draft = proposal.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    passed = accept_draws * q_draft < p_draft  # u < p/q without dividing by 0
-    accepted = passed.long().cumprod(dim=1).bool()  # (B, K)
-    num_accepted = accepted.long().sum(dim=1)  # (B,)
-    at = num_accepted.view(-1, 1, 1).expand(-1, 1, vocab)
-    p_stop = target.gather(1, at).squeeze(1)  # (B, V)
-    residual = p_stop
-    if num_slots:  # q after the last slot is 0: the bonus token samples p itself
-        q_stop = proposal.gather(1, at.clamp(max=num_slots - 1)).squeeze(1)
-        residual = (p_stop - q_stop * (num_accepted < num_slots).unsqueeze(1)).clamp(min=0.0)
-    # Rounding may leave no mass where p == q; p itself is then the residual.
-    empty = residual.sum(-1, keepdim=True) <= 0
-    residual = torch.where(empty, p_stop, residual)
-    draw = residual_draws.gather(1, num_accepted.unsqueeze(1)).squeeze(1)
-    return Acceptance(accepted, num_accepted, categorical(residual, draw))
+    return torch.zeros_like(inside).scatter(-1, order, inside)

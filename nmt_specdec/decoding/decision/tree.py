@@ -167,7 +167,8 @@ def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, wi
 
     Args:
         logits: (1, N, V) constrained scores (float32).
-        flat: ``logits[0]`` as a numpy view.
+        flat: ``logits[0]`` as a numpy view (a sampled turn: its perturbed scores,
+            :meth:`~.sampling.SamplingRule.perturbed_host`).
         tokens: (1, N) the verified inputs (last committed token, then the drafts).
         depth, width: K and C (1: a chain).
         rule: the draft test (:mod:`.rules`).

@@ -39,7 +39,7 @@ from nmt_specdec.decoding.decision.tree import resolve_tree
 from nmt_specdec.decoding.draft_tree import move_leaf_keys, tree_layout
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.greedy_rows import greedy_turn_on_host
-from nmt_specdec.decoding.loops.sampled import Proposal, sampled_acceptance, sampled_inputs
+from nmt_specdec.decoding.loops.sampled import sampled_inputs, sampled_scores
 from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
@@ -133,7 +133,7 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
     steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
     last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
     tree = k > 0 and options.candidates > 1  # leaves beside the chain (draft_tree)
-    inputs, proposal = _draft(parts, rows, k, last, tree)  # 1. draft
+    inputs = _draft(parts, rows, k, last, tree)  # 1. draft
     # 2. verify
     layout = tree_layout(k, options.candidates, last.device) if tree else None
     offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
@@ -151,9 +151,11 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
                                      options.acceptance.margin,
                                      temperature=parts.rules.temperature)
     hidden = verified.hidden  # (B, N, C)
-    # 3. accept and commit
+    # 3. accept and commit; a sampled turn decides on perturbed scores
+    decided_on = (logits if parts.sampling is None else
+                  sampled_scores(parts, logits, lse, rows, offsets))
     if tree:  # from here on the accepted path is a chain of K+1 positions
-        acceptance, path, drafts = resolve_tree(logits, inputs, k, options.acceptance)
+        acceptance, path, drafts = resolve_tree(decided_on, inputs, k, options.acceptance)
         # Every row moves its path's keys (a chain's onto themselves): deciding
         # which rows took a leaf would cost a host read.
         move_leaf_keys(cache, steps, path, acceptance.num_accepted)
@@ -162,9 +164,7 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
         hidden = hidden.gather(1, path.unsqueeze(2).expand(-1, -1, hidden.size(2)))
     else:
         drafts = inputs[:, 1:]  # (B, K)
-        acceptance = (accept_drafts(logits, drafts, options.acceptance)
-                      if parts.sampling is None else
-                      sampled_acceptance(parts.sampling, logits, lse, inputs, proposal))
+        acceptance = accept_drafts(decided_on, drafts, options.acceptance)
     commit = commit_tokens(drafts, acceptance, parts.rules.eos, parts.rules.pad)
     scores = positional_scores(logits, lse, commit.tokens)  # (B, K+1)
     if parts.rules.match_source_len:  # fairseq's length-constrained search scores EOS 0
@@ -176,14 +176,14 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
 
 
 def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,
-           tree: bool) -> Tuple[Tensor, Optional[Proposal]]:
-    """1. draft: the verify inputs, and under sampling what they were drawn from."""
+           tree: bool) -> Tensor:
+    """1. draft: the verify inputs."""
     request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
                if k > 0 else None)
     if parts.sampling is not None:
         return sampled_inputs(parts, request, last, rows)
     return draft_inputs(parts.drafter, request, last,
-                        parts.options.candidates if tree else 1), None
+                        parts.options.candidates if tree else 1)
 
 
 def _bookkeep(rows: Rows, commit, scores: Tensor, hidden: Tensor, num_accepted: Tensor,

@@ -1,59 +1,44 @@
-"""Speculative sampling's two steps of a turn, for the batched loop.
+"""Sampling's two steps of a turn, for the batched loop.
 
-Drafting draws each slot from the head's own distribution (``q``) and
-deciding applies :func:`~..decision.sampling.accept_sampled` to the verifier's
-sampling distribution (``p``); the rest of the turn (verify, commit, bookkeep)
-is the batched loop's. Every draw is keyed by the row's sentence and turn
-(:mod:`..decision.draws`), so a row samples the same tokens in any batch.
+Drafting takes each slot's perturbed argmax under the draft head's own
+distribution, and deciding is beta = 1's on the verifier's perturbed scores
+(:mod:`~..decision.sampling`); the rest of the turn (verify, commit, bookkeep)
+is the batched loop's. The noise is keyed by the row's sentence and output
+position (:mod:`..decision.draws`), so a row samples the same tokens in any
+batch and at any K.
 
-Shapes: B active rows, K draft slots, V vocabulary.
+Shapes: B active rows, K draft slots, N verified inputs, V vocabulary.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.acceptance import Acceptance
-from nmt_specdec.decoding.decision.draws import ACCEPT, DRAFT, RESIDUAL, uniforms
-from nmt_specdec.decoding.decision.sampling import SamplingRule, accept_sampled, categorical
+from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.steps import LoopParts, Rows
 
 
-class Proposal(NamedTuple):
-    """What a sampled turn drafted from.
-
-    Attributes:
-        q: (B, K, V') the drafts' distribution (K = 0: nothing drafted).
-        draws: (B, K+1, 3) the turn's uniforms (:func:`~..decision.draws.uniforms`).
-    """
-
-    q: Tensor
-    draws: Tensor
-
-
 def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tensor,
-                   rows: Rows) -> Tuple[Tensor, Proposal]:
-    """Step 1, draft by sampling: the verify inputs (B, K+1) and the :class:`Proposal`."""
-    num_slots = 0 if request is None else request.num_slots
-    draws = uniforms(rows.keys, rows.lengths, num_slots + 1)
+                   rows: Rows) -> Tensor:
+    """Step 1, draft: the verify inputs (B, K+1), each slot the head's perturbed
+    argmax at the output position it proposes (slot 1: the row's length)."""
     if request is None:
-        return last, Proposal(draws.new_zeros(last.size(0), 0, 0), draws)
-    rule: SamplingRule = parts.sampling
-    q = rule.proposal(parts.drafter.draft_logits(request), parts.rules.temperature)
-    drafts = categorical(q, draws[:, :num_slots, DRAFT])
-    return torch.cat([last, drafts], 1), Proposal(q, draws)
+        return last
+    lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
+    slots = torch.arange(request.num_slots, device=last.device)
+    positions = rows.lengths.unsqueeze(1) + slots
+    drafts = parts.sampling.perturbed(lprobs, rows.keys, positions).argmax(-1)
+    return torch.cat([last, drafts], 1)
 
 
-def sampled_acceptance(rule: SamplingRule, logits: Tensor, lse: Tensor, inputs: Tensor,
-                       proposal: Proposal) -> Acceptance:
-    """Step 3, accept: speculative sampling on the verifier's constrained
-    ``logits`` (B, K+1, V), ``lse`` their normaliser (B, K+1)."""
-    num_slots = inputs.size(1) - 1
-    target = rule.distribution(logits - lse.unsqueeze(-1))
-    draws = proposal.draws
-    return accept_sampled(target, proposal.q, inputs[:, 1:], draws[:, :num_slots, ACCEPT],
-                          draws[:, :, RESIDUAL])
+def sampled_scores(parts: LoopParts, logits: Tensor, lse: Tensor, rows: Rows,
+                   offsets: Tensor) -> Tensor:
+    """Step 3's scores: the verifier's constrained ``logits`` (B, N, V),
+    ``lse`` their normaliser (B, N), perturbed at the output position each input
+    predicts (input j at offset ``offsets[j]`` from the row's length)."""
+    positions = rows.lengths.unsqueeze(1) + offsets
+    return parts.sampling.perturbed(logits - lse.unsqueeze(-1), rows.keys, positions)

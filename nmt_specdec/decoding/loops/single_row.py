@@ -40,12 +40,7 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_host_,
     constrain_logits_,
 )
-from nmt_specdec.decoding.decision.draws import DRAFT, uniforms_host
-from nmt_specdec.decoding.decision.sampling import (
-    accept_sampled_host,
-    categorical_host,
-    draft_lprobs,
-)
+from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
 from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
@@ -126,7 +121,6 @@ class _HostRow:
         self.inputs, self._views = kept.inputs, kept.views
         self.offsets = torch.arange(batch.k_max + 1)
         self.key = int(self.rows.keys[0])  # the sentence's sampling key
-        self.draws, self.proposals = None, []  # a sampled turn's uniforms and each slot's q
 
     def draft(self, parts: LoopParts, k: int, candidates: int) -> Tensor:
         """Step 1: the (1, N) verify inputs."""
@@ -148,16 +142,15 @@ class _HostRow:
 
     def _sample_drafts(self, parts: LoopParts, request: Optional[DraftRequest], k: int,
                        inputs: np.ndarray) -> None:
-        """Step 1 under sampling (:mod:`.sampled`'s, on the host): the turn's
-        draws, and each slot drawn from the head's own distribution into ``inputs``."""
-        self.draws = uniforms_host(self.key, len(self.committed), k + 1)
-        self.proposals = []
+        """Step 1 under sampling (:mod:`.sampled`'s, on the host): each slot the
+        head's perturbed argmax at the output position it proposes, into ``inputs``."""
         if request is None:
             return
         lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
-        self.proposals = [parts.sampling.support(row) for row in lprobs[0].numpy()]
-        inputs[0, 1:] = [categorical_host(q, u) for q, u in zip(self.proposals,
-                                                                 self.draws[:k, DRAFT])]
+        length = len(self.committed)
+        perturbed = parts.sampling.perturbed_host(lprobs[0].numpy(), self.key,
+                                                  range(length, length + k))
+        inputs[0, 1:] = perturbed.argmax(axis=1)
 
     def decide(self, parts: LoopParts, verified: Verified, tokens: Tensor, k: int,
                tree: Optional[TreeLayout], checks: tuple
@@ -166,7 +159,7 @@ class _HostRow:
         normaliser, all on the host."""
         options, rules = parts.options, parts.rules
         if parts.sampling is not None:
-            return self._sampled_decision(parts, verified, tokens, k, checks)
+            return self._sampled_decision(parts, verified, tokens, k, tree, checks)
         if k == 0 and verified.decision is None:
             greedy = self._greedy(verified, rules, checks,
                                   options.acceptance.margin)
@@ -202,17 +195,22 @@ class _HostRow:
         return partial(_constrain_on_host, rules=rules)  # never pad, as a column write
 
     def _sampled_decision(self, parts: LoopParts, verified: Verified, tokens: Tensor, k: int,
-                          checks: tuple) -> Tuple[Decision, np.ndarray, np.ndarray]:
-        """Step 3 under sampling: :func:`~..decision.sampling.accept_sampled_host`
-        on the verifier's sampling distributions, and the scores it read."""
+                          tree: Optional[TreeLayout], checks: tuple
+                          ) -> Tuple[Decision, np.ndarray, np.ndarray]:
+        """Step 3 under sampling: beta = 1's decision on the verifier's perturbed
+        scores (:meth:`~..decision.sampling.SamplingRule.perturbed_host`), and
+        the unperturbed scores the commit reads."""
         logits, lse = constrained_scores(parts.verifier, verified,
-                                         self._constraint(parts.rules, k, None, checks), 0.0,
+                                         self._constraint(parts.rules, k, tree, checks), 0.0,
                                          on_host=True, temperature=parts.rules.temperature)
         flat, norm = logits.detach().numpy()[0], lse.detach().numpy()[0]
-        targets = [parts.sampling.support(row) for row in flat - norm[:, None]]
-        drafts = tokens[0, 1:].tolist()
-        accepted, token = accept_sampled_host(targets, self.proposals, drafts, self.draws)
-        return Decision(accepted, token, False, list(range(k + 1)), drafts), flat, norm
+        offsets = range(k + 1) if tree is None else tree.offsets.tolist()
+        length = len(self.committed)
+        perturbed = parts.sampling.perturbed_host(flat - norm[:, None], self.key,
+                                                  [length + offset for offset in offsets])
+        width = 1 if tree is None else parts.options.candidates
+        decided = accept_host(logits, perturbed, tokens, k, width, parts.options.acceptance)
+        return decided, flat, norm
 
     def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float
                 ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:

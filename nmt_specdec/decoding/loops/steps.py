@@ -47,9 +47,6 @@ class LoopParts(NamedTuple):
         verifier: the backend's model calls for this batch.
         sampling: speculative sampling's rule (``--sampling``); None: the
             verifier's top tokens decide (Spec-Verify).
-        steady_k: draft K every turn, also near the batch's longest limit: a
-            sampled row then drafts the same K alone as in any batch (its
-            draws, and the head's proposal over K slots, do not depend on it).
     """
 
     options: DecodingOptions
@@ -59,7 +56,6 @@ class LoopParts(NamedTuple):
     stats: SpecDecStats
     verifier: VerifierCalls
     sampling: Optional[SamplingRule] = None
-    steady_k: bool = False
 
 
 class Rows(NamedTuple):
@@ -166,7 +162,7 @@ def plan_turn(parts: LoopParts, k_max: int, turn: int, longest: int,
         ``(K, (check_min_len, check_max_len))`` for
         :func:`~..decision.constraints.constrain_logits_`.
     """
-    room = k_max if parts.steady_k else max(0, min(k_max, max(limits) - turn))
+    room = max(0, min(k_max, max(limits) - turn))
     k = parts.k_policy.choose(room, len(limits))
     return k, (turn < parts.rules.min_len, longest - 1 + k >= min(limits))
 

@@ -107,19 +107,21 @@ class OrtDrafter(ProposesCandidates, GivesDistribution):
         return drafts
 
     def draft_logits(self, request: DraftRequest) -> Tensor:
-        """The head's logits, one runtime call per row: the draft graph's 4-bit
-        products quantize their activations in blocks, and a row beside others
-        may round differently than alone, so a sample would depend on its batch."""
+        """The head's logits, one call for the batch (a row's may differ in its
+        last bits beside others: the sample does not read them, see
+        :mod:`~nmt_specdec.decoding.decision.sampling`). The buffer is kept
+        (its binding stays) and valid until the next call."""
         assert self.memory is not None
+        self.backend.calls["draft"] += 1
         last_tokens, positions = self._last_tokens_and_positions(request)
-        session, memory = self.backend.draft_logits_session, self.memory
-        rows, vocab = last_tokens.numel(), session.session.get_outputs()[0].shape[-1]
-        logits = torch.empty(rows, request.num_slots, vocab)
-        for row in range(rows):
-            self.backend.calls["draft"] += 1
-            one = slice(row, row + 1)
-            session.run([request.states[one], last_tokens[one], positions[one], memory.mask[one],
-                         *(kv[one] for kv in memory.draft)], [logits[one]])
+        session = self.backend.draft_logits_session
+        shape = (last_tokens.numel(), request.num_slots,
+                 session.session.get_outputs()[0].shape[-1])
+        logits = self._out.get(("logits", *shape))
+        if logits is None:
+            logits = self._out[("logits", *shape)] = torch.empty(shape)
+        session.run([request.states, last_tokens, positions, self.memory.mask,
+                     *self.memory.draft], [logits])
         return logits
 
     def _last_tokens_and_positions(self, request: DraftRequest):
