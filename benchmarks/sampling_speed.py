@@ -76,9 +76,11 @@ def ct2_rows(task, model, model_dir: Path, settings: dict, topk: int, threads: i
                                                                  sampling_topk=topk)}
 
 
-def generators(task, model, args, ks: List[int], backends: List[str]) -> Dict[str, object]:
+def generators(task, model, args, ks: List[int], backends: List[str],
+               candidates: int = 1) -> Dict[str, object]:
     """Stock sampling first (the table's baseline), then greedy on stock and the
-    engine, then the engine's sampling at K=0 and SpecDec sampling per backend."""
+    engine, then the engine's sampling at K=0 and SpecDec sampling per backend
+    (with ``candidates`` above 1, trees of that width too)."""
     from fairseq.dataclass.configs import GenerationConfig
 
     from nmt_specdec.decoding.build import build_decoder, fairseq_generator
@@ -95,6 +97,10 @@ def generators(task, model, args, ks: List[int], backends: List[str]) -> Dict[st
             name = f"{'engine' if k == 0 else 'SpecDec'} sampling K={k} {backend}"
             made[name] = build_decoder(model, task.target_dictionary,
                                        DecodingOptions(True, k=k, backend=backend), args)
+            if k and candidates > 1:
+                made[f"SpecDec sampling K={k} C={candidates} {backend}"] = build_decoder(
+                    model, task.target_dictionary,
+                    DecodingOptions(True, k=k, backend=backend, candidates=candidates), args)
     return made
 
 
@@ -188,6 +194,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--backends", nargs="+", default=["onnxruntime", "torch"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--candidates", type=int, default=1,
+                   help="above 1: also SpecDec sampling with draft trees of this width")
     p.add_argument("--repeat-one", type=int, default=2000)
     p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 rows")
     p.add_argument("--ct2-dir", default="work/sampling_speed_ct2",
@@ -198,7 +206,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     task, model, spm = load(Path(args.model_dir))
     settings = ShippedModel.at(Path(args.model_dir)).settings
     made = generators(task, model, generation_args(args.topk, settings), args.ks,
-                      args.backends)
+                      args.backends, args.candidates)
     if not args.no_ct2:
         made.update(ct2_rows(task, model, Path(args.model_dir), settings, args.topk,
                              args.threads, Path(args.ct2_dir)))

@@ -259,7 +259,6 @@ def test_refused_option_is_refused_in_one_line(models, name, mode):
 
 @pytest.mark.parametrize("options,refused", [
     (DecodingOptions(deterministic=True), "--deterministic"),
-    (DecodingOptions(spec_decoding=True, k=2, candidates=2), "--spec-candidates"),
     (DecodingOptions(spec_decoding=True, k=2, beta=3, tau=1.0), "--spec-beta"),
     (DecodingOptions(spec_decoding=True, k=2, backend="onnxruntime", fused_draft=True),
      "--fused-draft"),
@@ -267,7 +266,7 @@ def test_refused_option_is_refused_in_one_line(models, name, mode):
                      backend="onnxruntime"), "--spec-drafter verifier-int8"),
     (DecodingOptions(spec_decoding=True, k=2, backend="onnxruntime", int8=True), "--int8"),
 ])
-def test_sampling_refuses_what_its_proof_does_not_cover_in_one_line(models, options, refused):
+def test_sampling_refuses_what_it_cannot_take_in_one_line(models, options, refused):
     task, model = models["head post-norm sinusoidal separate"]
     config = generation_config(sampling=True, sampling_topk=5)
     with pytest.raises(UserError) as err:

@@ -26,7 +26,7 @@ from nmt_specdec.decoding.build import build_decoder
 from nmt_specdec.decoding.decision import draws
 from nmt_specdec.decoding.decision import sampling as sampling_rule
 from nmt_specdec.decoding.decision.tree import Acceptance
-from nmt_specdec.decoding.loops import batched
+from nmt_specdec.decoding.loops import batched, sampled, single_row
 from nmt_specdec.decoding.options import DecodingOptions
 from tests.helpers.specdec_toy import random_specdec_model, select_rows, source_batch
 
@@ -62,16 +62,21 @@ def repeated(source: dict, first: int, count: int) -> dict:
             "net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum(1)}}
 
 
-def sampling_generator(model, dictionary, args, k: int, backend: str = "torch"):
-    """What ``--spec-decoding --sampling`` builds (``args``: fairseq's config)."""
+def sampling_generator(model, dictionary, args, k: int, backend: str = "torch",
+                       candidates: int = 1):
+    """What ``--spec-decoding --sampling`` builds (``args``: fairseq's config;
+    ``candidates``: ``--spec-candidates``, a tree above 1)."""
     return build_decoder(model, dictionary, DecodingOptions(spec_decoding=True, k=k,
-                                                           backend=backend), args)
+                                                           backend=backend,
+                                                           candidates=candidates), args)
 
 
 def specdec_samples(model, dictionary, source, setting, k: int = 2, total: int = SAMPLES,
-                    batch: int = CHUNK, backend: str = "torch") -> Tuple[Counter, object]:
+                    batch: int = CHUNK, backend: str = "torch",
+                    candidates: int = 1) -> Tuple[Counter, object]:
     """Output frequencies of ``total`` samples of the one sentence."""
-    generator = sampling_generator(model, dictionary, generation_args(*setting), k, backend)
+    generator = sampling_generator(model, dictionary, generation_args(*setting), k, backend,
+                                   candidates)
     torch.manual_seed(SEED)
     counts: Counter = Counter()
     for first in range(0, total, batch):
@@ -149,14 +154,16 @@ def chi_square_p(counts: Counter, exact: Dict[tuple, float]) -> float:
     return chisquare(observed, expected).pvalue
 
 
-@pytest.mark.parametrize("name,backend", [*((name, "torch") for name in sorted(SETTINGS)),
-                                          ("top-k", "onnxruntime")])
-def test_samples_follow_fairseqs_sampling_distribution(toy, onnx_cache, name, backend):
+@pytest.mark.parametrize("name,backend,candidates", [
+    *((name, "torch", 1) for name in sorted(SETTINGS)), ("top-k", "onnxruntime", 1),
+    ("top-k", "torch", 2), ("top-p", "onnxruntime", 2)])
+def test_samples_follow_fairseqs_sampling_distribution(toy, onnx_cache, name, backend,
+                                                       candidates):
     model, dictionary, source = toy
     exact = exact_distribution(model, dictionary, source, SETTINGS[name])
     assert abs(sum(exact.values()) - 1) < 1e-6 and len(exact) > 5
     counts, generator = specdec_samples(model, dictionary, source, SETTINGS[name],
-                                        backend=backend)
+                                        backend=backend, candidates=candidates)
     # The random head drafts far from the verifier: both branches decide often.
     rates = generator.stats.slot_acceptance()
     assert 0.05 < rates[0] < 0.95, rates
@@ -199,10 +206,10 @@ def test_the_test_rejects_a_wrong_rule(toy, monkeypatch, where, mistake):
 
 
 def _sampled(model, dictionary, sample, k: int, batch: int, seed: int = SEED,
-             match_source_len: bool = False, backend: str = "torch"):
+             match_source_len: bool = False, backend: str = "torch", candidates: int = 1):
     args = generation_args(10, -1.0, 1.0, 5)
     args.match_source_len = match_source_len
-    generator = sampling_generator(model, dictionary, args, k, backend)
+    generator = sampling_generator(model, dictionary, args, k, backend, candidates)
     torch.manual_seed(seed)
     rows = sample["id"].numel()
     outputs = []
@@ -232,15 +239,26 @@ def test_a_sentences_sample_depends_on_the_seed_and_its_position_alone(
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
-def test_drafting_never_changes_a_sample(toy, onnx_cache, backend):
+def test_drafting_never_changes_a_sample(toy, onnx_cache, backend, monkeypatch):
     """A token is the perturbed argmax of the verifier's scores at its output
     position, whoever drafted it: SpecDec at K=2 gives the engine's own sampling
-    (K=0) byte for byte, in batches (tensor forms) and one by one (host forms)."""
+    (K=0) byte for byte, chains and trees, in batches (tensor forms) and one by
+    one (host forms)."""
     model, dictionary, _ = toy
     sample = source_batch(dictionary, [3 + (7 * i) % 10 for i in range(16)], seed=5)
     plain = _sampled(model, dictionary, sample, 0, 8, backend=backend)
     assert _sampled(model, dictionary, sample, 2, 8, backend=backend) == plain
     assert _sampled(model, dictionary, sample, 2, 1, backend=backend) == plain
+    trees = []  # the (B, C, K) candidates each tree turn flattened
+    for loop in (sampled, single_row):
+        flatten = loop.flatten_candidates
+        monkeypatch.setattr(loop, "flatten_candidates",
+                            lambda last, best, flatten=flatten: trees.append(best.shape)
+                            or flatten(last, best))
+    for batch in (8, 1):  # a tree: each slot's two best perturbed tokens
+        assert _sampled(model, dictionary, sample, 2, batch, backend=backend,
+                        candidates=2) == plain
+    assert {shape[1:] for shape in trees} == {(2, 2)} and {1, 8} <= {s[0] for s in trees}
 
 
 def test_equal_lines_draw_independently(toy):
@@ -249,9 +267,11 @@ def test_equal_lines_draw_independently(toy):
     assert len(set(map(tuple, outputs))) > 1
 
 
-@pytest.mark.parametrize("name,backend", [*((name, "torch") for name in sorted(SETTINGS)),
-                                          ("top-k", "onnxruntime")])
-def test_the_single_row_loop_samples_as_the_batched_loop(toy, onnx_cache, name, backend):
+@pytest.mark.parametrize("name,backend,candidates", [
+    *((name, "torch", 1) for name in sorted(SETTINGS)), ("top-k", "onnxruntime", 1),
+    ("top-k", "torch", 2)])
+def test_the_single_row_loop_samples_as_the_batched_loop(toy, onnx_cache, name, backend,
+                                                         candidates):
     """At batch 1 on the CPU the host decides (:mod:`~nmt_specdec.decoding.loops.single_row`,
     the host forms of the rule and the draws): the same tokens, scores, iterations
     and acceptance as the batched loop's tensor forms, sentence by sentence."""
@@ -262,7 +282,8 @@ def test_the_single_row_loop_samples_as_the_batched_loop(toy, onnx_cache, name, 
     results = []
     for loop in (decode_single_row, decode_rows):
         generator = sampling_generator(model, dictionary,
-                                       generation_args(*SETTINGS[name][:3], 8), 2, backend)
+                                       generation_args(*SETTINGS[name][:3], 8), 2, backend,
+                                       candidates)
         generator.loop = DynamicLoop(loop)
         hyps = [generator.generate([model], select_rows(sample, [i]))[0][0] for i in range(24)]
         results.append(([(h["tokens"].tolist(), h["positional_scores"].tolist(),

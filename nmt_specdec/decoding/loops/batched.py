@@ -181,7 +181,7 @@ def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,
     request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
                if k > 0 else None)
     if parts.sampling is not None:
-        return sampled_inputs(parts, request, last, rows)
+        return sampled_inputs(parts, request, last, rows, parts.options.candidates if tree else 1)
     return draft_inputs(parts.drafter, request, last,
                         parts.options.candidates if tree else 1)
 

@@ -18,21 +18,26 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
+from nmt_specdec.decoding.draft_tree import flatten_candidates
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.steps import LoopParts, Rows
 
 
 def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tensor,
-                   rows: Rows) -> Tensor:
-    """Step 1, draft: the verify inputs (B, K+1), each slot the head's perturbed
-    argmax at the output position it proposes (slot 1: the row's length)."""
+                   rows: Rows, candidates: int = 1) -> Tensor:
+    """Step 1, draft: the verify inputs (B, N), each slot's ``candidates`` best
+    perturbed tokens of the head at the output position the slot proposes (slot
+    1: the row's length), the perturbed argmax first: a chain (N = K+1) or a
+    chain and its leaves (:mod:`..draft_tree`)."""
     if request is None:
         return last
     lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
     slots = torch.arange(request.num_slots, device=last.device)
-    positions = rows.lengths.unsqueeze(1) + slots
-    drafts = parts.sampling.perturbed(lprobs, rows.keys, positions).argmax(-1)
-    return torch.cat([last, drafts], 1)
+    perturbed = parts.sampling.perturbed(lprobs, rows.keys, rows.lengths.unsqueeze(1) + slots)
+    if candidates == 1:
+        return torch.cat([last, perturbed.argmax(-1)], 1)
+    best = perturbed.topk(candidates, dim=-1, sorted=True).indices  # (B, K, C)
+    return flatten_candidates(last, best.transpose(1, 2))
 
 
 def sampled_scores(parts: LoopParts, logits: Tensor, lse: Tensor, rows: Rows,

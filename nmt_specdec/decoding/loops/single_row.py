@@ -43,7 +43,12 @@ from nmt_specdec.decoding.decision.constraints import (
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
-from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
+from nmt_specdec.decoding.draft_tree import (
+    TreeLayout,
+    flatten_candidates,
+    move_leaf_keys,
+    tree_layout,
+)
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.steps import (
     Batch,
@@ -135,22 +140,26 @@ class _HostRow:
             anchor = (len(self.committed) - 1, self.committed[-1], self.final)
             request = DraftRequest(self.prefix, self.rows.lengths, self.states, self.rows.index,
                                    k, anchor)
-        if parts.sampling is not None:
-            self._sample_drafts(parts, request, k, kept[1])
-            return tokens
+        if parts.sampling is not None and request is not None:
+            drafts = self._sample_drafts(parts, request, k, candidates)  # (C, K)
+            if candidates == 1:
+                kept[1][0, 1:] = drafts[0]
+                return tokens
+            return flatten_candidates(tokens[:, :1], torch.from_numpy(drafts)[None])
         return draft_inputs(parts.drafter, request, None, candidates, into=tokens)
 
-    def _sample_drafts(self, parts: LoopParts, request: Optional[DraftRequest], k: int,
-                       inputs: np.ndarray) -> None:
-        """Step 1 under sampling (:mod:`.sampled`'s, on the host): each slot the
-        head's perturbed argmax at the output position it proposes, into ``inputs``."""
-        if request is None:
-            return
+    def _sample_drafts(self, parts: LoopParts, request: DraftRequest, k: int,
+                       candidates: int) -> np.ndarray:
+        """Step 1 under sampling (:mod:`.sampled`'s, on the host): (C, K) each
+        slot's C best perturbed tokens of the head at the output position the
+        slot proposes, the perturbed argmax first."""
         lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
         length = len(self.committed)
         perturbed = parts.sampling.perturbed_host(lprobs[0].numpy(), self.key,
                                                   range(length, length + k))
-        inputs[0, 1:] = perturbed.argmax(axis=1)
+        if candidates == 1:
+            return perturbed.argmax(axis=1)[None]
+        return np.argsort(-perturbed, axis=1, kind="stable")[:, :candidates].T.copy()
 
     def decide(self, parts: LoopParts, verified: Verified, tokens: Tensor, k: int,
                tree: Optional[TreeLayout], checks: tuple
