@@ -180,10 +180,10 @@ def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,
     """1. draft: the verify inputs."""
     request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
                if k > 0 else None)
+    width = parts.options.candidates if tree else 1
     if parts.sampling is not None:
-        return sampled_inputs(parts, request, last, rows, parts.options.candidates if tree else 1)
-    return draft_inputs(parts.drafter, request, last,
-                        parts.options.candidates if tree else 1)
+        return sampled_inputs(parts, request, last, rows, width)
+    return draft_inputs(parts.drafter, request, last, width)
 
 
 def _bookkeep(rows: Rows, commit, scores: Tensor, hidden: Tensor, num_accepted: Tensor,

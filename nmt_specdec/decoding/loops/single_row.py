@@ -167,9 +167,7 @@ class _HostRow:
         """Step 3, accept: the decision, the (N, V) scores it read and the (N,)
         normaliser, all on the host."""
         options, rules = parts.options, parts.rules
-        if parts.sampling is not None:
-            return self._sampled_decision(parts, verified, tokens, k, tree, checks)
-        if k == 0 and verified.decision is None:
+        if k == 0 and verified.decision is None and parts.sampling is None:
             greedy = self._greedy(verified, rules, checks,
                                   options.acceptance.margin)
             if greedy is not None:
@@ -188,10 +186,14 @@ class _HostRow:
                                              options.acceptance.margin,
                                              on_host=True, temperature=rules.temperature)
         flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
+        lse = lse.detach().numpy()[0]
         if decided is None:
             width = 1 if tree is None else options.candidates
-            decided = accept_host(logits, flat, tokens, k, width, options.acceptance)
-        return decided, flat, lse.detach().numpy()[0]
+            # A sampled turn decides on perturbed scores; the commit reads ``flat``.
+            decided_on = flat if parts.sampling is None else self._perturbed(parts, flat, lse,
+                                                                            k, tree)
+            decided = accept_host(logits, decided_on, tokens, k, width, options.acceptance)
+        return decided, flat, lse
 
     def _constraint(self, rules: Constraints, k: int, tree: Optional[TreeLayout],
                     checks: tuple):
@@ -203,23 +205,15 @@ class _HostRow:
                            check_min_len=checks[0], check_max_len=checks[1])
         return partial(_constrain_on_host, rules=rules)  # never pad, as a column write
 
-    def _sampled_decision(self, parts: LoopParts, verified: Verified, tokens: Tensor, k: int,
-                          tree: Optional[TreeLayout], checks: tuple
-                          ) -> Tuple[Decision, np.ndarray, np.ndarray]:
-        """Step 3 under sampling: beta = 1's decision on the verifier's perturbed
-        scores (:meth:`~..decision.sampling.SamplingRule.perturbed_host`), and
-        the unperturbed scores the commit reads."""
-        logits, lse = constrained_scores(parts.verifier, verified,
-                                         self._constraint(parts.rules, k, tree, checks), 0.0,
-                                         on_host=True, temperature=parts.rules.temperature)
-        flat, norm = logits.detach().numpy()[0], lse.detach().numpy()[0]
+    def _perturbed(self, parts: LoopParts, flat: np.ndarray, lse: np.ndarray, k: int,
+                   tree: Optional[TreeLayout]) -> np.ndarray:
+        """Under sampling, the (N, V) scores step 3 decides on: the constrained
+        log-probabilities perturbed at the output position each input predicts
+        (:meth:`~..decision.sampling.SamplingRule.perturbed_host`)."""
         offsets = range(k + 1) if tree is None else tree.offsets.tolist()
         length = len(self.committed)
-        perturbed = parts.sampling.perturbed_host(flat - norm[:, None], self.key,
-                                                  [length + offset for offset in offsets])
-        width = 1 if tree is None else parts.options.candidates
-        decided = accept_host(logits, perturbed, tokens, k, width, parts.options.acceptance)
-        return decided, flat, norm
+        return parts.sampling.perturbed_host(flat - lse[:, None], self.key,
+                                             [length + offset for offset in offsets])
 
     def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float
                 ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:
