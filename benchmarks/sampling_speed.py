@@ -77,10 +77,12 @@ def ct2_rows(task, model, model_dir: Path, settings: dict, topk: int, threads: i
 
 
 def generators(task, model, args, ks: List[int], backends: List[str],
-               candidates: int = 1) -> Dict[str, object]:
+               candidates: int = 1, fp32_projection: bool = False) -> Dict[str, object]:
     """Stock sampling first (the table's baseline), then greedy on stock and the
     engine, then the engine's sampling at K=0 and SpecDec sampling per backend
-    (with ``candidates`` above 1, trees of that width too)."""
+    (with ``candidates`` above 1, trees of that width too; with
+    ``fp32_projection``, ONNX Runtime's rows again with ``--exact-scores``: the
+    all-fp32 output projection instead of the certified 8-bit one)."""
     from fairseq.dataclass.configs import GenerationConfig
 
     from nmt_specdec.decoding.build import build_decoder, fairseq_generator
@@ -101,6 +103,11 @@ def generators(task, model, args, ks: List[int], backends: List[str],
                 made[f"SpecDec sampling K={k} C={candidates} {backend}"] = build_decoder(
                     model, task.target_dictionary,
                     DecodingOptions(True, k=k, backend=backend, candidates=candidates), args)
+            if fp32_projection and backend == "onnxruntime":
+                made[f"{name.split()[0]} sampling K={k} fp32-projection {backend}"] = (
+                    build_decoder(model, task.target_dictionary,
+                                  DecodingOptions(True, k=k, backend=backend,
+                                                  exact_scores=True), args))
     return made
 
 
@@ -198,6 +205,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="above 1: also SpecDec sampling with draft trees of this width")
     p.add_argument("--repeat-one", type=int, default=2000)
     p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 rows")
+    p.add_argument("--fp32-projection", action="store_true",
+                   help="ONNX Runtime's sampling rows also with the all-fp32 output projection")
     p.add_argument("--ct2-dir", default="work/sampling_speed_ct2",
                    help="where the verifier is converted for CTranslate2")
     args = p.parse_args(argv)
@@ -206,7 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     task, model, spm = load(Path(args.model_dir))
     settings = ShippedModel.at(Path(args.model_dir)).settings
     made = generators(task, model, generation_args(args.topk, settings), args.ks,
-                      args.backends, args.candidates)
+                      args.backends, args.candidates, args.fp32_projection)
     if not args.no_ct2:
         made.update(ct2_rows(task, model, Path(args.model_dir), settings, args.topk,
                              args.threads, Path(args.ct2_dir)))

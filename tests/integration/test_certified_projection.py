@@ -8,7 +8,10 @@
 - decoding takes the same tokens as the all-fp32 verifier, with scores within
   5e-3, at batch 1 and 8 (both loops);
 - where the bound certifies nothing, the loops fall back to fp32 logits: the
-  same tokens, and scores equal to the all-fp32 verifier's.
+  same tokens, and scores equal to the all-fp32 verifier's;
+- top-k sampling certifies its sample on the 8-bit logits: the same samples as
+  the all-fp32 verifier, at batch 1 and 8, chains and K = 0, with a temperature
+  and an unk penalty, and with bounds ten times too wide.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 from fairseq.dataclass.configs import GenerationConfig
 import torch
 
+from nmt_specdec.decoding.decision import sampling as sampling_module
 from tests.helpers.shipped_model import (
     SETTINGS,
     decode_all,
@@ -41,15 +45,19 @@ def shipped(onnx_cache):
     return model, task, hand_written_sources(task), backends
 
 
-def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: float = 0.0):
-    """(tokens, positional scores) per sentence, in input order."""
+def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: float = 0.0,
+            sampling=None, temperature: float = 1.0):
+    """(tokens, positional scores) per sentence, in input order (``sampling``: a
+    :class:`~nmt_specdec.decoding.decision.sampling.SamplingRule`, seed 1)."""
     from nmt_specdec.decoding.generator import SpecDecGenerator
     from nmt_specdec.decoding.options import DecodingOptions, LengthRules
 
     rules = LengthRules.from_generation_args(
-        GenerationConfig(min_len=1, unkpen=unkpen, lenpen=1.0, **LENGTHS), model)
+        GenerationConfig(min_len=1, unkpen=unkpen, lenpen=1.0, temperature=temperature,
+                         **LENGTHS), model)
     generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
-                                 backend=backend)
+                                 backend=backend, sampling=sampling)
+    torch.manual_seed(1)
     return decode_all(generator, model, task, sources, batch_size, scores=True)
 
 
@@ -158,6 +166,62 @@ def test_uncertain_calls_fall_back_to_fp32(shipped, monkeypatch, batch_size, k, 
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     if unkpen:
         assert any(unk in t for t, _ in ours)
+
+
+@pytest.mark.parametrize("batch_size", [1, 8])
+@pytest.mark.parametrize("k, topk, unkpen, temperature", [(0, 10, 0.0, 1.0), (2, 10, 0.0, 1.0),
+                                                          (2, 3, -20.0, 0.7), (0, 40, 0.0, 1.3)])
+def test_samples_as_the_fp32_verifier(shipped, monkeypatch, batch_size, k, topk, unkpen,
+                                      temperature):
+    # Top-k sampling certifies its sample on the 8-bit logits (decision/certified.py):
+    # the same draws as the all-fp32 verifier's, the sampled token's exact logit in
+    # its score. Some positions need more exact tokens than the first 16.
+    from nmt_specdec.decoding.backends.onnxruntime.projection import ProjectionCheck
+    from nmt_specdec.decoding.decision import certified
+    from nmt_specdec.decoding.decision.sampling import SamplingRule
+
+    model, task, sources, backends = shipped
+    rule, calls = SamplingRule(topk=topk), {"positions": 0, "exact": 0}
+    sample, exact = certified.certified_sample, ProjectionCheck.exact
+
+    def counted(*args):
+        calls["positions"] += 1
+        return sample(*args)
+
+    def scored(self, state, ids):
+        calls["exact"] += 1
+        return exact(self, state, ids)
+
+    monkeypatch.setattr(sampling_module, "certified_sample", counted)
+    monkeypatch.setattr(ProjectionCheck, "exact", scored)
+    ours = _decode(model, task, sources, backends[True], k, batch_size, unkpen, rule,
+                   temperature)
+    monkeypatch.undo()
+    theirs = _decode(model, task, sources, backends[False], k, batch_size, unkpen, rule,
+                     temperature)
+    assert calls["positions"] > 100  # every position of ours certified its sample
+    if topk >= 10:  # a crowded cut: some positions take more than one round
+        assert calls["exact"] > calls["positions"]
+    assert [t for t, _ in ours] == [t for t, _ in theirs]
+    for (_, a), (_, b) in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=5e-3, rtol=0)
+    if unkpen:  # the penalty (a reward) applies to the exact logits too
+        assert any(task.target_dictionary.unk() in t for t, _ in ours)
+
+
+def test_a_loose_bound_still_samples_as_the_fp32_verifier(shipped, monkeypatch):
+    # Bounds ten times too wide: most positions score many tokens exactly and fall
+    # back from the shortlist to the whole vocabulary, with the same draws.
+    from nmt_specdec.decoding.backends.onnxruntime.projection import ProjectionCheck
+    from nmt_specdec.decoding.decision.sampling import SamplingRule
+
+    model, task, sources, backends = shipped
+    bounds = ProjectionCheck.bounds
+    monkeypatch.setattr(ProjectionCheck, "bounds", lambda self, h: 10 * bounds(self, h))
+    ours = _decode(model, task, sources[:16], backends[True], 2, 1, sampling=SamplingRule(10))
+    monkeypatch.undo()
+    theirs = _decode(model, task, sources[:16], backends[False], 2, 1, sampling=SamplingRule(10))
+    assert [t for t, _ in ours] == [t for t, _ in theirs]
 
 
 def test_exact_scores_turns_it_off_in_the_hub_and_the_cli(shipped, tmp_path, capsys):

@@ -49,7 +49,9 @@ class Verified(NamedTuple):
             no token outside the exact ones scores above it. A decision is the
             exact one where the best constrained logit beats it
             (:func:`~nmt_specdec.decoding.decision.scores.certain`); elsewhere the loop
-            takes :meth:`VerifierCalls.exact_logits`. None: every logit exact.
+            takes :meth:`VerifierCalls.exact_logits`. Top-k sampling certifies its
+            sample itself (:attr:`VerifierCalls.projection_check`). None: every
+            logit exact.
     """
 
     hidden: Tensor
@@ -68,6 +70,10 @@ class VerifierCalls:
     """
 
     embed: Tensor
+    # With a ``bound`` on its calls: the per-token bounds and exact logits a
+    # decision that reads more than the best token needs (top-k sampling), an
+    # :class:`~.onnxruntime.projection.ProjectionCheck`; None: every logit exact.
+    projection_check: Any = None
 
     def cross_states(self, encoder_out: Any) -> Any:
         """Per-batch encoder keys/values (or whatever the verifier needs) of the batch."""

@@ -65,7 +65,8 @@ def gumbel(keys: Tensor, positions: Tensor, ids: Tensor) -> Tensor:
 
 def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """:func:`gumbel` of one row on the host, the same integer bits (int64 either
-    way): (M,) float64 noise of tokens ``ids`` (M,) at output ``positions`` (M,)."""
+    way): (M,) float64 noise of tokens ``ids`` (M,) at output ``positions`` (M,,
+    or one position for all: an integer)."""
     hashed = _fold(np.int64(key), positions.astype(np.int64))
     uniform = (_unit(hashed, ids.astype(np.int64)).astype(np.float64) + 0.5) / 2 ** 53
     return -np.log(-np.log(uniform))

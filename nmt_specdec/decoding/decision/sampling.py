@@ -33,12 +33,14 @@ Shapes: B rows, N positions, V vocabulary, S tokens inside a position's cut.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence, Tuple
+from functools import partial
+from typing import Callable, NamedTuple, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.decision.certified import certified_sample
 from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host
 
 
@@ -54,6 +56,12 @@ class SamplingRule(NamedTuple):
 
     topk: int = -1
     topp: float = -1.0
+
+    @property
+    def certifiable(self) -> bool:
+        """Whether the sample can be certified on inexact logits (:mod:`.certified`):
+        a top-k cut, whose sample needs no normaliser."""
+        return self.topp <= 0 and self.topk > 0
 
     def support(self, lprobs: Tensor) -> Tensor:
         """(..., V) bool: the tokens inside the cut of (..., V) log-probabilities
@@ -111,6 +119,28 @@ class SamplingRule(NamedTuple):
         noise = gumbel_host(key, np.asarray(positions, dtype=np.int64)[rows], ids)
         out = np.full(lprobs.shape, -np.inf)
         out[rows, ids] = lprobs[rows, ids].astype(np.float64) + noise
+        return out
+
+    def certified_host(self, scores: np.ndarray, normaliser: np.ndarray, bounds: np.ndarray,
+                       exact: Callable[[int, np.ndarray], np.ndarray], key: int,
+                       positions: Sequence[int]) -> np.ndarray:
+        """:meth:`perturbed_host` where ``scores`` are inexact (:mod:`.certified`):
+        (N, V) float64, ``-inf`` but at each position's sample. Each sample's exact
+        logit is written into ``scores``, which the commit reads.
+
+        Args:
+            scores: (N, V) float32 inexact constrained logits, ``normaliser`` (N,)
+                their ``logsumexp``.
+            bounds: (N, V) the largest error of each of ``scores``.
+            exact: (position, ids) -> the exact constrained logits of ``ids``.
+        """
+        out = np.full(scores.shape, -np.inf)
+        for row, position in enumerate(positions):
+            token, value, noise = certified_sample(
+                scores[row], bounds[row], partial(exact, row),
+                partial(gumbel_host, key, np.int64(position)), self.topk)
+            scores[row, token] = value
+            out[row, token] = value - normaliser[row] + noise
         return out
 
 

@@ -149,11 +149,12 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
                                        steps.unsqueeze(1) + offsets)
     logits, lse = constrained_scores(parts.verifier, verified, constrain,
                                      options.acceptance.margin,
-                                     temperature=parts.rules.temperature)
+                                     temperature=parts.rules.temperature,
+                                     certify=parts.sampling is None)
     hidden = verified.hidden  # (B, N, C)
     # 3. accept and commit; a sampled turn decides on perturbed scores
     decided_on = (logits if parts.sampling is None else
-                  sampled_scores(parts, logits, lse, rows, offsets))
+                  sampled_scores(parts, verified, logits, lse, rows, offsets))
     if tree:  # from here on the accepted path is a chain of K+1 positions
         acceptance, path, drafts = resolve_tree(decided_on, inputs, k, options.acceptance)
         # Every row moves its path's keys (a chain's onto themselves): deciding

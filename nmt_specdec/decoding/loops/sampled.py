@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.backends.base import Verified
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.draft_tree import flatten_candidates
 from nmt_specdec.decoding.drafters import DraftRequest
-from nmt_specdec.decoding.loops.steps import LoopParts, Rows
+from nmt_specdec.decoding.loops.steps import LoopParts, Rows, certified_scores
 
 
 def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tensor,
@@ -40,10 +42,21 @@ def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tens
     return flatten_candidates(last, best.transpose(1, 2))
 
 
-def sampled_scores(parts: LoopParts, logits: Tensor, lse: Tensor, rows: Rows,
-                   offsets: Tensor) -> Tensor:
+def sampled_scores(parts: LoopParts, verified: Verified, logits: Tensor, lse: Tensor,
+                   rows: Rows, offsets: Tensor) -> Tensor:
     """Step 3's scores: the verifier's constrained ``logits`` (B, N, V),
     ``lse`` their normaliser (B, N), perturbed at the output position each input
-    predicts (input j at offset ``offsets[j]`` from the row's length)."""
+    predicts (input j at offset ``offsets[j]`` from the row's length).
+
+    Inexact logits (a ``bound``: an 8-bit projection on the CPU) are decided row by
+    row on the host (:meth:`~..decision.sampling.SamplingRule.certified_host`, the
+    single-row loop's own form), which writes each sample's exact logit into
+    ``logits``."""
     positions = rows.lengths.unsqueeze(1) + offsets
-    return parts.sampling.perturbed(logits - lse.unsqueeze(-1), rows.keys, positions)
+    if verified.bound is None:
+        return parts.sampling.perturbed(logits - lse.unsqueeze(-1), rows.keys, positions)
+    flat, normaliser = logits.detach().numpy(), lse.detach().numpy()
+    out = [parts.sampling.certified_host(flat[row], normaliser[row], *certified_scores(
+               parts.verifier, verified, row, flat[row], parts.rules), int(key), places)
+           for row, (key, places) in enumerate(zip(rows.keys.tolist(), positions.tolist()))]
+    return torch.from_numpy(np.stack(out))

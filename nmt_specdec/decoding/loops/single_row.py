@@ -53,6 +53,7 @@ from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
+    certified_scores,
     constrained_scores,
     draft_inputs,
     end_turn,
@@ -184,14 +185,15 @@ class _HostRow:
             logits, lse = constrained_scores(parts.verifier, verified,
                                              self._constraint(rules, k, tree, checks),
                                              options.acceptance.margin,
-                                             on_host=True, temperature=rules.temperature)
+                                             on_host=True, temperature=rules.temperature,
+                                             certify=parts.sampling is None)
         flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
         lse = lse.detach().numpy()[0]
         if decided is None:
             width = 1 if tree is None else options.candidates
             # A sampled turn decides on perturbed scores; the commit reads ``flat``.
-            decided_on = flat if parts.sampling is None else self._perturbed(parts, flat, lse,
-                                                                            k, tree)
+            decided_on = flat if parts.sampling is None else self._perturbed(
+                parts, verified, flat, lse, k, tree)
             decided = accept_host(logits, decided_on, tokens, k, width, options.acceptance)
         return decided, flat, lse
 
@@ -205,15 +207,19 @@ class _HostRow:
                            check_min_len=checks[0], check_max_len=checks[1])
         return partial(_constrain_on_host, rules=rules)  # never pad, as a column write
 
-    def _perturbed(self, parts: LoopParts, flat: np.ndarray, lse: np.ndarray, k: int,
-                   tree: Optional[TreeLayout]) -> np.ndarray:
+    def _perturbed(self, parts: LoopParts, verified: Verified, flat: np.ndarray,
+                   lse: np.ndarray, k: int, tree: Optional[TreeLayout]) -> np.ndarray:
         """Under sampling, the (N, V) scores step 3 decides on: the constrained
         log-probabilities perturbed at the output position each input predicts
-        (:meth:`~..decision.sampling.SamplingRule.perturbed_host`)."""
+        (:meth:`~..decision.sampling.SamplingRule.perturbed_host`; on inexact
+        logits, :meth:`~..decision.sampling.SamplingRule.certified_host`)."""
         offsets = range(k + 1) if tree is None else tree.offsets.tolist()
         length = len(self.committed)
-        return parts.sampling.perturbed_host(flat - lse[:, None], self.key,
-                                             [length + offset for offset in offsets])
+        positions = [length + offset for offset in offsets]
+        if verified.bound is not None:
+            bounds, exact = certified_scores(parts.verifier, verified, 0, flat, parts.rules)
+            return parts.sampling.certified_host(flat, lse, bounds, exact, self.key, positions)
+        return parts.sampling.perturbed_host(flat - lse[:, None], self.key, positions)
 
     def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float
                 ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:

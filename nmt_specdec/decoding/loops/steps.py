@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -197,7 +198,8 @@ def draft_inputs(drafter: Drafter, request: Optional[DraftRequest], last: Option
 
 def constrained_scores(verifier: VerifierCalls, verified: Verified,
                        constrain: Callable[[Tensor], Any], margin: float,
-                       on_host: bool = False, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+                       on_host: bool = False, temperature: float = 1.0,
+                       certify: bool = True) -> Tuple[Tensor, Tensor]:
     """Step 2, verify's scores: float32 logits under fairseq's constraints.
 
     Where the call's logits are exact only above a bound (an 8-bit projection,
@@ -210,6 +212,8 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
         on_host: read the best logits through numpy (one row on the CPU: no tensor op).
         temperature: the logits are divided by it first, in their own precision,
             as fairseq's ``--temperature``.
+        certify: False where the caller certifies its own decision on inexact
+            logits (:func:`certified_scores`): they are returned as they are.
 
     Returns:
         ``(logits, normaliser)``: (B, N, V) constrained logits and the (B, N)
@@ -221,7 +225,7 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
     lse = verified.normaliser if verified.normaliser is not None else normaliser(logits)
     constrain(logits)
     bound = verified.bound
-    if bound is None:
+    if bound is None or not certify:
         return logits, lse
     if on_host:
         exact = certain(logits.detach().numpy().max(-1), bound.numpy(), margin)
@@ -233,6 +237,25 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
         lse = normaliser(logits)
         constrain(logits)
     return logits, lse
+
+
+def certified_scores(verifier: VerifierCalls, verified: Verified, row: int,
+                     scores: np.ndarray, rules: Constraints):
+    """What a sampled decision on inexact logits (:mod:`..decision.certified`) reads
+    of one row: ``(bounds, exact)``, the (N, V) error bounds of its ``scores``
+    (constrained, tempered) and a function of (position, ids) that gives their
+    exact constrained logits (float64)."""
+    check, temperature = verifier.projection_check, rules.temperature
+    hidden = verified.hidden[row].detach().float().numpy()  # (N, C)
+
+    def exact(position: int, ids: np.ndarray) -> np.ndarray:
+        values = check.exact(hidden[position], ids) / temperature
+        values[np.isneginf(scores[position, ids])] = -np.inf
+        if rules.unk_penalty:
+            values[ids == rules.unk] -= rules.unk_penalty
+        return values
+
+    return check.bounds(hidden) / np.float32(temperature), exact
 
 
 def _tempered(verified: Verified, temperature: float) -> Verified:

@@ -22,6 +22,9 @@ the fp32 verifier's; the loop checks this after its length constraints
 fp32 where it fails (:meth:`OrtVerifier.exact_logits`; 0.1% of positions on
 the shipped model's test sentences). What stays approximate are the scores of
 the other tokens, i.e. the normaliser: positional scores move by up to ~3e-3.
+Top-k sampling reads more than the best token: it certifies its sample on the
+host from each token's bound and a few exact rows (:class:`ProjectionCheck`,
+:mod:`~nmt_specdec.decoding.decision.certified`).
 
 The error bound, per token j (h: the final state, w_j: row j of the weights):
 8-bit symmetric blocks round each weight by at most ``max|w_j| / 254`` and
@@ -38,6 +41,7 @@ Shapes: B rows, N positions, C model dim, V vocabulary.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -60,6 +64,15 @@ class _Approx(nn.Module):
         return torch.matmul(x, self.weight_t)
 
 
+def error_coefficients(weight: Tensor) -> Tensor:
+    """(3, V): token j's error bound is ``[max|h|, |h|_1, 1] . coef[:, j]`` (the
+    module doc), one small product per position."""
+    weight = weight.detach().float()
+    step = weight.abs().amax(dim=1) / 254  # (V,) largest rounding of a weight
+    per_max_h = SAFETY * (weight.abs().sum(dim=1) + weight.size(1) * step) / 254
+    return torch.stack([per_max_h, SAFETY * step, torch.full_like(step, FLOOR)])
+
+
 class CertifiedProjection(nn.Module):
     """``x`` (B, N, C) -> ``logits`` (B, N, V), ``bound`` (B, N), see the module doc.
 
@@ -72,13 +85,7 @@ class CertifiedProjection(nn.Module):
         weight = weight.detach().float()
         self.approx = _Approx(weight.t())
         self.register_buffer("rows", weight.clone())
-        step = weight.abs().amax(dim=1) / 254  # (V,) largest rounding of a weight
-        dim = weight.size(1)
-        per_max_h = SAFETY * (weight.abs().sum(dim=1) + dim * step) / 254
-        per_l1_h = SAFETY * step
-        # bound_j = [max|h|, |h|_1, 1] . coef[:, j]: one small product per position.
-        self.register_buffer("coef", torch.stack([per_max_h, per_l1_h,
-                                                  torch.full_like(step, FLOOR)]))
+        self.register_buffer("coef", error_coefficients(weight))
 
     def forward(self, x: Tensor):
         approx = self.approx(x)  # (B, N, V)
@@ -91,3 +98,29 @@ class CertifiedProjection(nn.Module):
         exact = torch.matmul(F.embedding(candidates, self.rows), x.unsqueeze(-1)).squeeze(-1)
         logits = approx.scatter(-1, candidates, exact)
         return logits, top.values[..., CANDIDATES]
+
+
+class ProjectionCheck:
+    """The host's side of the 8-bit projection, for decisions that read more than
+    the best token (top-k sampling, :mod:`~nmt_specdec.decoding.decision.certified`):
+    each token's error bound, and exact logits of the few tokens a decision needs.
+
+    Args:
+        weight: (V, C) the fp32 output projection; read, not copied.
+    """
+
+    def __init__(self, weight: Tensor):
+        self.rows = weight.detach().float().numpy()  # (V, C)
+        self.coef = error_coefficients(weight).numpy()  # (3, V)
+
+    def bounds(self, hidden: np.ndarray) -> np.ndarray:
+        """(N, V) float32: how far each 8-bit logit of final states ``hidden`` (N, C)
+        may lie from its exact value (the graph's own bound, per token)."""
+        size = np.abs(hidden)
+        stats = np.stack([size.max(-1), size.sum(-1), np.ones_like(size[:, 0])], -1)
+        return stats @ self.coef
+
+    def exact(self, state: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """(M,) float64 logits of tokens ``ids`` from one final state (C,): products
+        summed in float64, so any order of summation gives them to ~1e-15."""
+        return self.rows[ids].astype(np.float64) @ state.astype(np.float64)

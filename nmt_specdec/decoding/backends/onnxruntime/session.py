@@ -33,7 +33,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_session import (
     GraphSession,
     Scratch,
 )
-from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES
+from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES, ProjectionCheck
 from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.decision.tree import parent_index
@@ -114,6 +114,8 @@ class OrtVerifier(VerifierCalls):
         self._past: Optional[Tuple[Tensor, Tensor, List[Tensor]]] = None
         self._repeat: Optional[_Repeat] = None  # the last plain verify call
         self._spare_cache: Optional[Tuple[Tensor, Tensor]] = None  # see new_cache
+        weight = backend.model.decoder.output_projection.weight
+        self.projection_check = ProjectionCheck(weight) if backend.certified else None
 
     def _chain(self, new: int) -> Tuple[Tensor, Tensor]:
         """Offsets 0..N-1 and the causal mask of a chain of N inputs (kept, so that
@@ -242,8 +244,7 @@ class OrtVerifier(VerifierCalls):
         return (verified, *new_kv)
 
     def exact_logits(self, hidden: Tensor) -> Tensor:
-        """(B, N, V) fp32 logits of ``hidden`` (B, N, C): where a certified call's
-        decision was not certain (rare), the loop asks for these."""
+        """(B, N, V) fp32 logits of ``hidden`` (B, N, C), for an uncertain decision."""
         weight = self.backend.model.decoder.output_projection.weight
         return torch.matmul(hidden, weight.detach().t())
 

@@ -1,0 +1,88 @@
+"""The top-k sample certified on inexact logits (``decision/certified.py``).
+
+Against brute force: the winner over the exact top k of exact logits plus
+noise. The cases are built so that the first 16 exactly scored tokens are often
+not enough: many tokens crowd the k-th, inexact logits are off by up to their
+bound, some tokens are forbidden; a rule that trusts its first known set is
+wrong on a share of them (held below), so each check is exercised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nmt_specdec.decoding.decision import certified
+from nmt_specdec.decoding.decision.certified import certified_sample
+
+
+def make_case(rng: np.random.Generator, vocab: int, forbidden: int):
+    """(exact, inexact, bounds, noise): a peaked head, a crowded tail."""
+    exact = rng.normal(0.0, 1.0, vocab)
+    exact[: rng.integers(1, 6)] += rng.uniform(2.0, 8.0)  # a few likely tokens
+    bounds = rng.uniform(0.2, 1.5, vocab).astype(np.float32)
+    inexact = (exact + rng.uniform(-0.5, 0.5, vocab) * bounds).astype(np.float32)
+    banned = rng.choice(vocab, forbidden, replace=False)
+    exact[banned] = -np.inf
+    inexact[banned] = -np.inf
+    order = rng.permutation(vocab)  # the likely tokens anywhere
+    return exact[order], inexact[order], bounds[order], rng.gumbel(size=vocab)
+
+
+def brute_force(exact: np.ndarray, noise: np.ndarray, topk: int) -> int:
+    members = np.argsort(-exact, kind="stable")[:topk]
+    return int(members[np.argmax(exact[members] + noise[members])])
+
+
+def first_known_winner(inexact, bounds, exact, noise, topk) -> int:
+    """The mistake: the winner among the first 16 exactly scored tokens, unchecked."""
+    known = np.argsort(-(inexact + bounds), kind="stable")[: max(16, 2 * topk)]
+    members = known[np.argsort(-exact[known], kind="stable")[:topk]]
+    return int(members[np.argmax(exact[members] + noise[members])])
+
+
+@pytest.mark.parametrize("vocab, topk, forbidden", [(300, 10, 5), (300, 1, 0), (2000, 10, 40),
+                                                    (2000, 3, 0), (40, 10, 33), (1000, 50, 0)])
+def test_the_certified_sample_is_the_exact_top_k_sample(vocab, topk, forbidden):
+    rng = np.random.default_rng(vocab * 100 + topk)
+    wrong_unchecked = rounds = 0
+    for _ in range(400):
+        exact, inexact, bounds, noise = make_case(rng, vocab, forbidden)
+        calls = []
+
+        def score(ids):
+            calls.append(ids.size)
+            return exact[ids]
+
+        token, value, drawn = certified_sample(inexact, bounds, score, lambda ids: noise[ids],
+                                               topk)
+        expected = brute_force(exact, noise, topk)
+        assert token == expected
+        assert value == exact[token] and drawn == noise[token]
+        wrong_unchecked += first_known_winner(inexact, bounds, exact, noise, topk) != expected
+        rounds += len(calls) > 1
+    if vocab - forbidden > 16 + topk:  # else the first known set holds every allowed token
+        assert rounds > 0
+        assert wrong_unchecked > 0 or topk == 1  # the best token is always among the first
+
+
+def test_forbidden_tokens_are_never_sampled_and_too_few_allowed_is_fine():
+    rng = np.random.default_rng(5)
+    exact, inexact, bounds, noise = make_case(rng, 500, 497)  # three tokens allowed
+    token, _, _ = certified_sample(inexact, bounds, lambda ids: exact[ids],
+                                   lambda ids: noise[ids], 10)
+    assert np.isfinite(exact[token]) and token == brute_force(exact, noise, 10)
+
+
+def test_the_shortlist_gives_way_to_the_whole_vocabulary(monkeypatch):
+    # Every token crowds the k-th: the shortlist cannot rule the others out.
+    monkeypatch.setattr(certified, "SHORTLIST", 20)
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        exact = rng.normal(0.0, 0.05, 400)
+        bounds = np.full(400, 1.0, dtype=np.float32)
+        inexact = exact.astype(np.float32)
+        noise = rng.gumbel(size=400)
+        token, _, _ = certified_sample(inexact, bounds, lambda ids: exact[ids],
+                                       lambda ids: noise[ids], 10)
+        assert token == brute_force(exact, noise, 10)
