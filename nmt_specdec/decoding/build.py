@@ -152,12 +152,10 @@ def _spec_generator(model: nn.Module, tgt_dict, options: DecodingOptions,
     if args.beam != 1:
         logger.warning("--spec-decoding verifies greedily: --beam %s is ignored "
                        "(use --spec-beta/--spec-tau to relax)", args.beam)
-    # beta > 1 reads every token within tau of the best: an 8-bit projection certifies
-    # that for few positions (22 in 100 calls redone at tau=2), so it takes the fp32 one.
-    # Sampling with a top-p cut or none reads every probability: the same; a top-k
-    # cut certifies its sample on the 8-bit projection (decision/certified.py).
-    exact = (options.exact_scores or not options.acceptance.exact
-             or (sampling is not None and not sampling.certifiable))
+    # Sampling with a top-p cut or none reads every probability: the fp32 projection.
+    # beta > 1 and a top-k cut certify their decisions on the 8-bit one on the host
+    # (decision/certified.py).
+    exact = options.exact_scores or (sampling is not None and not sampling.certifiable)
     backend = make_backend(options.backend, model, tgt_dict, options.int8, options.fused_draft,
                            exact, options.refine_steps)
     return SpecDecGenerator.from_generation_args(model, tgt_dict, options, args,

@@ -11,7 +11,8 @@
   same tokens, and scores equal to the all-fp32 verifier's;
 - top-k sampling certifies its sample on the 8-bit logits: the same samples as
   the all-fp32 verifier, at batch 1 and 8, chains and K = 0, with a temperature
-  and an unk penalty, and with bounds ten times too wide.
+  and an unk penalty, and with bounds ten times too wide; relaxed acceptance
+  (beta > 1) certifies its tests: the all-fp32 verifier's tokens.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def shipped(onnx_cache):
 
 
 def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: float = 0.0,
-            sampling=None, temperature: float = 1.0):
+            sampling=None, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
+            candidates: int = 1):
     """(tokens, positional scores) per sentence, in input order (``sampling``: a
     :class:`~nmt_specdec.decoding.decision.sampling.SamplingRule`, seed 1)."""
     from nmt_specdec.decoding.generator import SpecDecGenerator
@@ -55,7 +57,9 @@ def _decode(model, task, sources, backend, k: int, batch_size: int, unkpen: floa
     rules = LengthRules.from_generation_args(
         GenerationConfig(min_len=1, unkpen=unkpen, lenpen=1.0, temperature=temperature,
                          **LENGTHS), model)
-    generator = SpecDecGenerator(model, task.target_dictionary, DecodingOptions(k=k), rules,
+    generator = SpecDecGenerator(model, task.target_dictionary,
+                                 DecodingOptions(k=k, beta=beta, tau=tau, candidates=candidates),
+                                 rules,
                                  backend=backend, sampling=sampling)
     torch.manual_seed(1)
     return decode_all(generator, model, task, sources, batch_size, scores=True)
@@ -209,6 +213,27 @@ def test_samples_as_the_fp32_verifier(shipped, monkeypatch, batch_size, k, topk,
         assert any(task.target_dictionary.unk() in t for t, _ in ours)
 
 
+@pytest.mark.parametrize("batch_size", [1, 8])
+@pytest.mark.parametrize("beta, tau, unkpen, candidates", [(3, 0.5, 0.0, 1), (5, 2.0, 0.0, 1),
+                                                          (3, 1.0, 1.0, 1), (3, 1.0, 0.0, 2)])
+def test_relaxed_acceptance_decides_as_the_fp32_verifier(shipped, batch_size, beta, tau,
+                                                         unkpen, candidates):
+    # beta > 1 certifies each draft's top-beta/tau test and each argmax on the
+    # 8-bit logits (AcceptanceRule.certify_host): the fp32 verifier's tokens,
+    # chains and trees (candidates 2).
+    model, task, sources, backends = shipped
+    relaxed = dict(beta=beta, tau=tau, candidates=candidates)
+    ours = _decode(model, task, sources, backends[True], SETTINGS["k"], batch_size, unkpen,
+                   **relaxed)
+    theirs = _decode(model, task, sources, backends[False], SETTINGS["k"], batch_size, unkpen,
+                     **relaxed)
+    greedy = _decode(model, task, sources, backends[False], 0, batch_size, unkpen)
+    assert [t for t, _ in ours] == [t for t, _ in theirs]
+    assert [t for t, _ in ours] != [t for t, _ in greedy]  # relaxed: other tokens
+    for (_, a), (_, b) in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=5e-3, rtol=0)
+
+
 def test_a_loose_bound_still_samples_as_the_fp32_verifier(shipped, monkeypatch):
     # Bounds ten times too wide: most positions score many tokens exactly and fall
     # back from the shortlist to the whole vocabulary, with the same draws.
@@ -237,9 +262,13 @@ def test_exact_scores_turns_it_off_in_the_hub_and_the_cli(shipped, tmp_path, cap
                                                       **options)
         generator = hub.task.build_generator(hub.models, hub.cfg.generation)
         assert generator.backend.certified is not exact
-    # beta > 1 reads every token within tau of the best: the fp32 projection.
+    # beta > 1 certifies its decisions on the host; top-p sampling reads every
+    # probability: the fp32 projection.
     hub = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), spec_beta=3, spec_tau=1.0,
                                                   **options)
+    assert hub.task.build_generator(hub.models, hub.cfg.generation).backend.certified
+    hub = SpecDecTransformerModel.from_pretrained(str(MODEL_DIR), sampling=True,
+                                                  sampling_topp=0.9, **options)
     assert not hub.task.build_generator(hub.models, hub.cfg.generation).backend.certified
     lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()[:4]
     source = tmp_path / "in.de"

@@ -86,3 +86,45 @@ def test_the_shortlist_gives_way_to_the_whole_vocabulary(monkeypatch):
         token, _, _ = certified_sample(inexact, bounds, lambda ids: exact[ids],
                                        lambda ids: noise[ids], 10)
         assert token == brute_force(exact, noise, 10)
+
+
+def graph_like(exact: np.ndarray, inexact: np.ndarray, bounds: np.ndarray, use_ceiling: bool):
+    """What the certified projection returns for one position: the 16 tokens with
+    the highest upper bounds exact, the highest upper bound outside them as the
+    ceiling (+inf: no ceiling, every check from the bounds)."""
+    upper = inexact + bounds
+    top = np.argsort(-upper, kind="stable")
+    scores = inexact.copy()
+    scores[top[:16]] = exact[top[:16]]
+    return scores, upper[top[16]] if use_ceiling else np.inf
+
+
+@pytest.mark.parametrize("use_ceiling", [True, False])
+@pytest.mark.parametrize("beta, tau", [(1, 0.0), (3, 0.5), (5, 1.0), (10, 3.0)])
+def test_relaxed_acceptance_decides_as_on_exact_scores(beta, tau, use_ceiling):
+    # beta > 1 on inexact scores (decision/rules.py certify_host): each draft's
+    # pass and each position's argmax as on the exact scores, drafts near the top
+    # (where the test is close) and far from it.
+    from nmt_specdec.decoding.decision.certified import Inexact
+    from nmt_specdec.decoding.decision.rules import acceptance_rule
+
+    rule, rng = acceptance_rule(beta, tau), np.random.default_rng(beta)
+    mismatched_on_inexact = 0
+    for _ in range(300):
+        cases = [make_case(rng, 400, 3) for _ in range(4)]  # N = 4 positions
+        exact = np.stack([c[0] for c in cases])
+        bounds = np.stack([c[2] for c in cases])
+        made = [graph_like(c[0], c[1], c[2], use_ceiling) for c in cases]
+        inexact = np.stack([m[0] for m in made]).astype(np.float32)
+        ceiling = np.array([m[1] for m in made])
+        drafts = [int(np.argsort(-row)[rng.integers(0, 30)]) for row in exact[:3]]
+        parents = [0, 1, 2]
+        expected = rule.passes_host(exact.astype(np.float32), drafts, parents)
+        mismatched_on_inexact += rule.passes_host(np.stack([c[1] for c in cases]), drafts,
+                                                  parents) != expected
+        flat = inexact.copy()
+        rule.certify_host(flat, Inexact(ceiling, bounds.copy,
+                                        lambda n, ids: exact[n, ids]), drafts, parents)
+        assert rule.passes_host(flat, drafts, parents) == expected
+        assert (flat.argmax(1) == exact.argmax(1)).all()
+    assert mismatched_on_inexact > 0  # the 8-bit scores alone would decide otherwise

@@ -97,3 +97,59 @@ def _winner(upper: np.ndarray, ids: np.ndarray, exact: Scorer, noise: Scorer, to
             return int(ids[members[rank]]), float(best), float(drawn[rank])
         seen, known = np.concatenate([seen, more]), np.concatenate([known, exact(ids[more])])
         outside[more] = False
+
+
+class Inexact:
+    """One row's inexact scores (N, V), as a decision certifies them.
+
+    Args:
+        ceiling: (N,) no inexact score of a position lies above it (the verify
+            call's ``bound``): every score above it is exact already.
+        bounds_of: computes the (N, V) largest error of each score, on first use.
+        exact: (position, ids) -> the exact scores (float64) of tokens ``ids``.
+    """
+
+    def __init__(self, ceiling: np.ndarray, bounds_of: Callable[[], np.ndarray],
+                 exact: Callable[[int, np.ndarray], np.ndarray]):
+        self.ceiling, self.exact, self._bounds_of = ceiling, exact, bounds_of
+        self._bounds: Optional[np.ndarray] = None
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """(N, V); zeroed where a score was made exact."""
+        if self._bounds is None:
+            self._bounds = self._bounds_of()
+        return self._bounds
+
+
+def exact_best(scores: np.ndarray, position: int, inexact: Inexact) -> None:
+    """Makes the argmax of one position's ``scores`` (V,) and its value exact:
+    where the best score lies above the ceiling it is; else every token that may
+    be the best (upper bound at or above the largest lower bound) is scored
+    exactly."""
+    if scores.max() > inexact.ceiling[position]:
+        return
+    bounds = inexact.bounds[position]
+    ids = np.flatnonzero(scores + bounds >= (scores - bounds).max())
+    scores[ids], bounds[ids] = inexact.exact(position, ids), 0
+
+
+def exact_rank(scores: np.ndarray, position: int, inexact: Inexact, token: int, beta: int,
+               tau: float) -> None:
+    """After :func:`exact_best`: makes ``scores`` (V,) exact where the top-beta/tau
+    test of ``token`` reads it: its own score and every token that may lie on
+    either side of it. Nothing is written where that holds already (the token
+    above the ceiling: so is every token above it), or where the test fails
+    whatever the exact scores (the token further than tau below the best even
+    at its upper bound, or beta tokens surely above it): it fails on these too."""
+    if scores[token] > inexact.ceiling[position]:
+        return
+    bounds = inexact.bounds[position]
+    reach = scores[token] + bounds[token]
+    if not reach >= scores.max() - tau or np.count_nonzero(scores - bounds > reach) >= beta:
+        return
+    scores[token] = inexact.exact(position, np.array([token]))[0]
+    bounds[token] = 0
+    value = scores[token]
+    either = np.flatnonzero((scores - bounds <= value) & (scores + bounds > value) & (bounds > 0))
+    scores[either], bounds[either] = inexact.exact(position, either), 0

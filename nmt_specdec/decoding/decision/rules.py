@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.decision.certified import Inexact, exact_best, exact_rank
+
 
 def argmax_last(scores: Tensor) -> Tensor:
     """``scores.argmax(dim=-1)`` (the first index among ties), through numpy for
@@ -65,6 +67,14 @@ class AcceptanceRule:
                     parents: Sequence[int]) -> List[bool]:
         """Host form of :meth:`passes` for one row: ``flat`` (N, V) float32 scores."""
         raise NotImplementedError
+
+    def certify_host(self, flat: np.ndarray, inexact: Inexact, drafts: Sequence[int],
+                     parents: Sequence[int]) -> None:
+        """Where ``flat`` (N, V) holds inexact scores, writes exact ones wherever
+        :meth:`passes_host` and the correction (each position's argmax) read
+        them, so that they decide as on exact scores (:mod:`.certified`)."""
+        for position in range(flat.shape[0]):
+            exact_best(flat[position], position, inexact)
 
 
 def _at(values: Tensor, parent: Optional[Tensor]) -> Tensor:
@@ -114,10 +124,16 @@ class TopBeta(AcceptanceRule):
                     parents: Sequence[int]) -> List[bool]:
         rows = flat[list(parents)]  # (D, V)
         draft = rows[np.arange(len(rows)), list(drafts)]
-        beta = min(self.beta, flat.shape[1])
-        kth = np.partition(rows, -beta, axis=1)[:, -beta]
+        # At or above the beta-th best: fewer than beta tokens strictly above it.
+        above = np.count_nonzero(rows > draft[:, None], axis=1)
         best = rows.max(axis=1)
-        return ((draft >= kth) & (best - draft <= self.tau) & np.isfinite(draft)).tolist()
+        return ((above < self.beta) & (best - draft <= self.tau) & np.isfinite(draft)).tolist()
+
+    def certify_host(self, flat: np.ndarray, inexact: Inexact, drafts: Sequence[int],
+                     parents: Sequence[int]) -> None:
+        super().certify_host(flat, inexact, drafts, parents)
+        for draft, parent in zip(drafts, parents):
+            exact_rank(flat[parent], parent, inexact, draft, self.beta, self.tau)
 
 
 @lru_cache(maxsize=32)

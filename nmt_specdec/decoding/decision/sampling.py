@@ -34,13 +34,13 @@ Shapes: B rows, N positions, V vocabulary, S tokens inside a position's cut.
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, NamedTuple, Sequence, Tuple
+from typing import NamedTuple, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.certified import certified_sample
+from nmt_specdec.decoding.decision.certified import Inexact, certified_sample
 from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host
 
 
@@ -121,23 +121,16 @@ class SamplingRule(NamedTuple):
         out[rows, ids] = lprobs[rows, ids].astype(np.float64) + noise
         return out
 
-    def certified_host(self, scores: np.ndarray, normaliser: np.ndarray, bounds: np.ndarray,
-                       exact: Callable[[int, np.ndarray], np.ndarray], key: int,
-                       positions: Sequence[int]) -> np.ndarray:
-        """:meth:`perturbed_host` where ``scores`` are inexact (:mod:`.certified`):
+    def certified_host(self, scores: np.ndarray, normaliser: np.ndarray, inexact: Inexact,
+                       key: int, positions: Sequence[int]) -> np.ndarray:
+        """:meth:`perturbed_host` where ``scores`` (N, V), float32 constrained
+        logits with their ``normaliser`` (N,), are inexact (:mod:`.certified`):
         (N, V) float64, ``-inf`` but at each position's sample. Each sample's exact
-        logit is written into ``scores``, which the commit reads.
-
-        Args:
-            scores: (N, V) float32 inexact constrained logits, ``normaliser`` (N,)
-                their ``logsumexp``.
-            bounds: (N, V) the largest error of each of ``scores``.
-            exact: (position, ids) -> the exact constrained logits of ``ids``.
-        """
+        logit is written into ``scores``, which the commit reads."""
         out = np.full(scores.shape, -np.inf)
         for row, position in enumerate(positions):
             token, value, noise = certified_sample(
-                scores[row], bounds[row], partial(exact, row),
+                scores[row], inexact.bounds[row], partial(inexact.exact, row),
                 partial(gumbel_host, key, np.int64(position)), self.topk)
             scores[row, token] = value
             out[row, token] = value - normaliser[row] + noise

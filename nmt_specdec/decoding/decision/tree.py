@@ -13,12 +13,13 @@ Shapes: B rows, K depth, C candidates per depth, N = 1 + K*C, V vocabulary.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from nmt_specdec.decoding.decision.certified import Inexact
 from nmt_specdec.decoding.decision.rules import AcceptanceRule, argmax_last
 
 
@@ -157,7 +158,7 @@ _PARENTS: dict = {}  # built once per shape and device (the loop's hot path read
 
 
 def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, width: int,
-                rule: AcceptanceRule) -> Decision:
+                rule: AcceptanceRule, inexact: Optional[Inexact] = None) -> Decision:
     """One row's acceptance, walked on the host: what :func:`resolve_tree`
     (and, for a chain, :func:`~.acceptance.accept_drafts`) decide.
 
@@ -172,12 +173,18 @@ def accept_host(logits: Tensor, flat: np.ndarray, tokens: Tensor, depth: int, wi
         tokens: (1, N) the verified inputs (last committed token, then the drafts).
         depth, width: K and C (1: a chain).
         rule: the draft test (:mod:`.rules`).
+        inexact: where ``flat`` holds inexact scores (:class:`~.certified.Inexact`):
+            the rule first writes the exact ones it reads into ``flat``
+            (:meth:`~.rules.AcceptanceRule.certify_host`).
     """
+    inputs = tokens.tolist()[0]
+    parents = parent_list(depth, width)
+    if inexact is not None:
+        rule.certify_host(flat, inexact, inputs[1:], parents)
     if depth == 0:  # a greedy turn: the argmax, nothing to walk
         return Decision(0, int(flat[0].argmax()), False, [0], [])
-    inputs = tokens.tolist()[0]
     top1 = flat.argmax(axis=1)  # (N,)
-    passes = rule.passes_host(flat, inputs[1:], parent_list(depth, width))
+    passes = rule.passes_host(flat, inputs[1:], parents)
     decided = walk_row(passes + top1.tolist() + inputs, depth, width, len(inputs))
     accepted, correction, leaf = decided[:3]
     return Decision(accepted, correction, bool(leaf), decided[3: 4 + depth], decided[4 + depth:])

@@ -36,7 +36,7 @@ from nmt_specdec.decoding.decision.constraints import (
 )
 from nmt_specdec.decoding.decision.scores import positional_scores
 from nmt_specdec.decoding.decision.tree import resolve_tree
-from nmt_specdec.decoding.draft_tree import move_leaf_keys, tree_layout
+from nmt_specdec.decoding.draft_tree import TreeLayout, move_leaf_keys, tree_layout
 from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.greedy_rows import greedy_turn_on_host
 from nmt_specdec.decoding.loops.sampled import sampled_inputs, sampled_scores
@@ -44,6 +44,7 @@ from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
     Rows,
+    certify_rows,
     constrained_scores,
     draft_inputs,
     end_turn,
@@ -141,16 +142,8 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
     if k == 0 and greedy_on_host and verified.decision is None and parts.sampling is None:
         return greedy_turn_on_host(parts.verifier, parts.rules, rows, verified, checks,
                                    options.acceptance.margin)
-    constrain = partial(constrain_logits_, steps=steps.unsqueeze(1) + offsets,
-                        max_len=rows.max_len, rules=parts.rules, check_min_len=checks[0],
-                        check_max_len=checks[1])
-    if not parts.rules.plain:
-        constrain = _with_search_rules(constrain, parts.rules, rows, inputs, layout,
-                                       steps.unsqueeze(1) + offsets)
-    logits, lse = constrained_scores(parts.verifier, verified, constrain,
-                                     options.acceptance.margin,
-                                     temperature=parts.rules.temperature,
-                                     certify=parts.sampling is None)
+    logits, lse = _scores(parts, verified, rows, inputs, k, layout,
+                          steps.unsqueeze(1) + offsets, checks)
     hidden = verified.hidden  # (B, N, C)
     # 3. accept and commit; a sampled turn decides on perturbed scores
     decided_on = (logits if parts.sampling is None else
@@ -174,6 +167,25 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
             commit.tokens.eq(parts.rules.eos) & (slots >= rows.max_len.unsqueeze(1)), 0.0)
     rows = _bookkeep(rows, commit, scores, hidden, acceptance.num_accepted, live)
     return rows, commit, acceptance.num_accepted
+
+
+def _scores(parts: LoopParts, verified, rows: Rows, inputs: Tensor, k: int,
+            layout: Optional[TreeLayout], steps: Tensor, checks: tuple) -> Tuple[Tensor, Tensor]:
+    """2. the verifier's constrained scores (B, N, V) and their normaliser (B, N),
+    ``steps`` (B, N) the output step each input predicts. The call certifies
+    beta = 1's scores; beta > 1 certifies its tests here, sampling its draws."""
+    constrain = partial(constrain_logits_, steps=steps, max_len=rows.max_len,
+                        rules=parts.rules, check_min_len=checks[0], check_max_len=checks[1])
+    if not parts.rules.plain:
+        constrain = _with_search_rules(constrain, parts.rules, rows, inputs, layout, steps)
+    acceptance = parts.options.acceptance
+    certify = acceptance.exact and parts.sampling is None
+    logits, lse = constrained_scores(parts.verifier, verified, constrain, acceptance.margin,
+                                     temperature=parts.rules.temperature, certify=certify)
+    if not certify and parts.sampling is None and verified.bound is not None:
+        certify_rows(parts, verified, logits, inputs, k,
+                     1 if layout is None else parts.options.candidates)
+    return logits, lse
 
 
 def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,

@@ -56,7 +56,7 @@ def sampled_scores(parts: LoopParts, verified: Verified, logits: Tensor, lse: Te
     if verified.bound is None:
         return parts.sampling.perturbed(logits - lse.unsqueeze(-1), rows.keys, positions)
     flat, normaliser = logits.detach().numpy(), lse.detach().numpy()
-    out = [parts.sampling.certified_host(flat[row], normaliser[row], *certified_scores(
+    out = [parts.sampling.certified_host(flat[row], normaliser[row], certified_scores(
                parts.verifier, verified, row, flat[row], parts.rules), int(key), places)
            for row, (key, places) in enumerate(zip(rows.keys.tolist(), positions.tolist()))]
     return torch.from_numpy(np.stack(out))

@@ -176,6 +176,8 @@ class _HostRow:
         # Beyond "never pad" (the call's own decision reads untempered raw scores).
         constrained = any(checks) or bool(rules.unk_penalty) or rules.temperature != 1
         exact = options.acceptance.exact
+        # The call certifies beta = 1's scores; sampling and beta > 1 certify their own.
+        certify = exact and parts.sampling is None
         decided = _fused_decision(verified.decision, exact and not constrained,
                                   tokens, k)
         if decided is not None:  # the call's own, on raw scores
@@ -186,7 +188,7 @@ class _HostRow:
                                              self._constraint(rules, k, tree, checks),
                                              options.acceptance.margin,
                                              on_host=True, temperature=rules.temperature,
-                                             certify=parts.sampling is None)
+                                             certify=certify)
         flat = logits.detach().numpy()[0]  # (N, V), the same memory as ``logits``
         lse = lse.detach().numpy()[0]
         if decided is None:
@@ -194,7 +196,11 @@ class _HostRow:
             # A sampled turn decides on perturbed scores; the commit reads ``flat``.
             decided_on = flat if parts.sampling is None else self._perturbed(
                 parts, verified, flat, lse, k, tree)
-            decided = accept_host(logits, decided_on, tokens, k, width, options.acceptance)
+            inexact = None
+            if not certify and parts.sampling is None and verified.bound is not None:
+                inexact = certified_scores(parts.verifier, verified, 0, flat, rules)
+            decided = accept_host(logits, decided_on, tokens, k, width, options.acceptance,
+                                  inexact)
         return decided, flat, lse
 
     def _constraint(self, rules: Constraints, k: int, tree: Optional[TreeLayout],
@@ -217,8 +223,8 @@ class _HostRow:
         length = len(self.committed)
         positions = [length + offset for offset in offsets]
         if verified.bound is not None:
-            bounds, exact = certified_scores(parts.verifier, verified, 0, flat, parts.rules)
-            return parts.sampling.certified_host(flat, lse, bounds, exact, self.key, positions)
+            inexact = certified_scores(parts.verifier, verified, 0, flat, parts.rules)
+            return parts.sampling.certified_host(flat, lse, inexact, self.key, positions)
         return parts.sampling.perturbed_host(flat - lse[:, None], self.key, positions)
 
     def _greedy(self, verified: Verified, rules: Constraints, checks: tuple, margin: float

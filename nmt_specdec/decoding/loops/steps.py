@@ -30,9 +30,11 @@ from nmt_specdec.decoding.draft_tree import flatten_candidates
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest
 from nmt_specdec.decoding.k_policy import KPolicy
 from nmt_specdec.decoding.options import DecodingOptions
+from nmt_specdec.decoding.decision.certified import Inexact
 from nmt_specdec.decoding.decision.constraints import Constraints
 from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.decision.scores import certain, normaliser
+from nmt_specdec.decoding.decision.tree import parent_list
 from nmt_specdec.decoding.stats import SpecDecStats
 
 
@@ -240,13 +242,15 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
 
 
 def certified_scores(verifier: VerifierCalls, verified: Verified, row: int,
-                     scores: np.ndarray, rules: Constraints):
-    """What a sampled decision on inexact logits (:mod:`..decision.certified`) reads
-    of one row: ``(bounds, exact)``, the (N, V) error bounds of its ``scores``
-    (constrained, tempered) and a function of (position, ids) that gives their
-    exact constrained logits (float64)."""
+                     scores: np.ndarray, rules: Constraints) -> Inexact:
+    """One row's ``scores`` (N, V), constrained and tempered from the call's
+    inexact logits, as a decision on the host certifies them
+    (:mod:`..decision.certified`): the call's bound as the ceiling (raised by an
+    unk reward), each score's error bound, and exact constrained logits (float64)
+    of any tokens."""
     check, temperature = verifier.projection_check, rules.temperature
     hidden = verified.hidden[row].detach().float().numpy()  # (N, C)
+    ceiling = verified.bound[row].numpy() / temperature + max(0.0, -rules.unk_penalty)
 
     def exact(position: int, ids: np.ndarray) -> np.ndarray:
         values = check.exact(hidden[position], ids) / temperature
@@ -255,7 +259,21 @@ def certified_scores(verifier: VerifierCalls, verified: Verified, row: int,
             values[ids == rules.unk] -= rules.unk_penalty
         return values
 
-    return check.bounds(hidden) / np.float32(temperature), exact
+    return Inexact(ceiling, lambda: check.bounds(hidden) / np.float32(temperature), exact)
+
+
+def certify_rows(parts: "LoopParts", verified: Verified, logits: Tensor, inputs: Tensor,
+                 depth: int, width: int) -> None:
+    """Writes into ``logits`` (B, N, V), inexact, the exact scores the acceptance
+    rule and the corrections read, row by row on the host
+    (:meth:`~..decision.rules.AcceptanceRule.certify_host`): beta > 1 on an 8-bit
+    projection."""
+    flat, drafts = logits.detach().numpy(), inputs[:, 1:].tolist()
+    parents = parent_list(depth, width)
+    for row in range(flat.shape[0]):
+        parts.options.acceptance.certify_host(
+            flat[row], certified_scores(parts.verifier, verified, row, flat[row], parts.rules),
+            drafts[row], parents)
 
 
 def _tempered(verified: Verified, temperature: float) -> Verified:
