@@ -16,7 +16,13 @@ Prints, per bound and number of candidates, the share of calls whose every
 position is certified; then the time of the projection's product alone at 3
 positions on ONNX Runtime (1 thread): fp32, and 8-bit ``MatMulNBits`` with
 activations quantized (``accuracy_level`` 4, what the certified projection
-runs) and without (0, which a weight-only bound would need). Example::
+runs) and without (0, which a weight-only bound would need).
+
+The top-k set is what the residual rule needed; the Gumbel rule needs only the
+sampled token (``decision/certified.py``), which the engine now certifies on the
+8-bit projection. Last, the same sentences decoded that way: how many positions
+the first exactly scored tokens settle, how many need the whole vocabulary
+beyond the shortlist, and how many tokens a position scores exactly. Example::
 
     python benchmarks/topk_certification.py --src-file work/gettext-heldout/raw/test.de
 """
@@ -102,6 +108,44 @@ def product_times(weight: torch.Tensor, repeats: int = 300) -> dict:
     return times
 
 
+def winner_rounds(task, model, generator, samples) -> dict:
+    """Decodes ``samples`` with ``generator`` (certified top-k sampling), counting
+    per sampled position its rounds of exact scoring (``ProjectionCheck.exact``
+    calls) and whether it left the shortlist."""
+    import sampling_speed as speed
+
+    from nmt_specdec.decoding.backends.onnxruntime.projection import ProjectionCheck
+    from nmt_specdec.decoding.decision import certified, sampling
+
+    counts = {"positions": 0, "calls": 0, "tokens": 0, "whole": 0, "one_round": 0}
+    sample, winner, exact = certified.certified_sample, certified._winner, ProjectionCheck.exact
+
+    def counted_sample(*args):
+        before = counts["calls"]
+        counts["positions"] += 1
+        found = sample(*args)
+        counts["one_round"] += counts["calls"] - before == 1
+        return found
+
+    def counted_winner(upper, ids, *args):
+        counts["whole"] += ids.size == upper.size and ids.size > certified.SHORTLIST
+        return winner(upper, ids, *args)
+
+    def counted_exact(self, state, ids):
+        counts["calls"] += 1
+        counts["tokens"] += ids.size
+        return exact(self, state, ids)
+
+    sampling.certified_sample, certified._winner = counted_sample, counted_winner
+    ProjectionCheck.exact = counted_exact
+    try:
+        speed.decode(task, model, generator, samples)
+    finally:
+        sampling.certified_sample, certified._winner = sample, winner
+        ProjectionCheck.exact = exact
+    return counts
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import fairseq_plugins  # noqa: F401
     import sampling_speed as speed
@@ -121,8 +165,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch.manual_seed(0)  # the samples' seed: the same calls on every run
     task, model, spm = speed.load(Path(args.model_dir))
     settings = ShippedModel.at(Path(args.model_dir)).settings
-    generator = build_decoder(model, task.target_dictionary,
-                              DecodingOptions(True, k=2, backend="onnxruntime"),
+    generator = build_decoder(model, task.target_dictionary,  # fp32: the exact logits
+                              DecodingOptions(True, k=2, backend="onnxruntime",
+                                              exact_scores=True),
                               speed.generation_args(args.topk, settings))
     calls, scores = [], single_row.constrained_scores
 
@@ -145,6 +190,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     print("\nthe projection's product alone, 3 positions, 1 thread:")
     for name, ms in product_times(weight).items():
         print(f"  {name:26} {ms:6.2f} ms")
+    certified = build_decoder(model, task.target_dictionary,
+                              DecodingOptions(True, k=2, backend="onnxruntime"),
+                              speed.generation_args(args.topk, settings))
+    torch.manual_seed(0)
+    c = winner_rounds(task, model, certified, speed.batches(task, spm, lines, 1))
+    n = c["positions"]
+    print(f"\nthe sampled token certified on the 8-bit projection: {n} positions; settled by the "
+          f"first {max(16, 2 * args.topk)} tokens scored exactly {c['one_round'] / n:.1%}; "
+          f"checked over the whole vocabulary {c['whole'] / n:.1%}; tokens scored exactly per "
+          f"position {c['tokens'] / n:.1f}")
     return 0
 
 

@@ -22,10 +22,14 @@ it still needs noise of several units to beat the winner.
    goes back to 2.
 
 The result is the winner over the exact top k, whichever tokens were scored:
-the same token as with every logit exact, up to float rounding. On the shipped
-base model's test sentences the first 16 settle ~82% of positions (the
-others one or two rounds more), where the 16 graph candidates certify the top
-10 in none (``benchmarks/topk_certification.py``).
+the same token as with every logit exact, up to float rounding. How many
+positions the first round settles: ``benchmarks/topk_certification.py``
+(docs/results.md).
+
+Relaxed acceptance (beta > 1) reads more than the best token too: whether a
+draft is among the top beta and within tau of the best. :func:`exact_best` and
+:func:`exact_rank` make exact what that test and the correction read
+(:meth:`~.rules.AcceptanceRule.certify_host`).
 
 Shapes: V vocabulary, M tokens scored exactly.
 """
@@ -36,7 +40,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
-FIRST = 16  # tokens scored exactly before the first check (the graph's candidates)
+FIRST = 16  # tokens scored exactly before the first check (at least 2k)
 SHORTLIST = 256  # tokens with the largest upper bounds the checks look at first
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # ids (M,) -> float64 (M,)
