@@ -1,4 +1,4 @@
-"""Top-k sampling on inexact logits: the sampled token certified, not every score.
+"""Decisions on inexact logits, certified: exact where they read, not everywhere.
 
 An 8-bit output projection (:mod:`~nmt_specdec.decoding.backends.onnxruntime.projection`)
 gives every logit within a known bound of its exact value. Greedy decoding
