@@ -1,6 +1,7 @@
 """Speculative sampling against fairseq's sampling and the engine's own, one process.
 
-Decodes the first ``--sentences`` lines of ``--src-file`` at batch 1 with
+Decodes the first ``--sentences`` lines of ``--src-file`` (batch 1, or
+``--batch-size``, in input order) with
 ``--sampling --sampling-topk K`` in each of: stock fairseq (``SequenceGenerator``),
 CTranslate2 (fp32, its ``sampling_topk``), and on each of ``--backends`` the
 engine at K=0 (its own sampling) and SpecDec sampling at each ``--ks`` (drafts
@@ -201,6 +202,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--backends", nargs="+", default=["onnxruntime", "torch"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=1, help="sentences per batch (in input order)")
     p.add_argument("--candidates", type=int, default=1,
                    help="above 1: also SpecDec sampling with draft trees of this width")
     p.add_argument("--repeat-one", type=int, default=2000)
@@ -222,10 +224,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     lines = Path(args.src_file).read_text(encoding="utf-8").splitlines()[: args.sentences]
     from nmt_specdec.evaluation.machine import cpu_model
 
-    print(f"{args.model_dir}, first {len(lines)} lines of {args.src_file}, batch 1, "
+    print(f"{args.model_dir}, first {len(lines)} lines of {args.src_file}, batch {args.batch_size}, "
           f"--sampling --sampling-topk {args.topk}, {args.threads} thread(s), "
           f"{cpu_model()}, median of {args.repeats} passes")
-    print_speed(speed_table(task, model, made, batches(task, spm, lines, 1), args.repeats))
+    print_speed(speed_table(task, model, made, batches(task, spm, lines, args.batch_size),
+                            args.repeats))
     if args.repeat_one:
         two_sample(task, model, made, spm, lines[0], args.repeat_one, args.ks[0],
                    args.backends[0])
