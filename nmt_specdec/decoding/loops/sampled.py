@@ -22,7 +22,7 @@ from nmt_specdec.decoding.backends.base import Verified
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.draft_tree import flatten_candidates
 from nmt_specdec.decoding.drafters import DraftRequest
-from nmt_specdec.decoding.loops.steps import LoopParts, Rows, certified_scores
+from nmt_specdec.decoding.loops.steps import LoopParts, Rows, inexact_row
 
 
 def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tensor,
@@ -56,7 +56,7 @@ def sampled_scores(parts: LoopParts, verified: Verified, logits: Tensor, lse: Te
     if verified.bound is None:
         return parts.sampling.perturbed(logits - lse.unsqueeze(-1), rows.keys, positions)
     flat, normaliser = logits.detach().numpy(), lse.detach().numpy()
-    out = [parts.sampling.certified_host(flat[row], normaliser[row], certified_scores(
+    out = [parts.sampling.certified_host(flat[row], normaliser[row], inexact_row(
                parts.verifier, verified, row, flat[row], parts.rules), int(key), places)
            for row, (key, places) in enumerate(zip(rows.keys.tolist(), positions.tolist()))]
     return torch.from_numpy(np.stack(out))

@@ -53,10 +53,10 @@ from nmt_specdec.decoding.drafters import DraftRequest
 from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
-    certified_scores,
     constrained_scores,
     draft_inputs,
     end_turn,
+    inexact_row,
     plan_turn,
 )
 from nmt_specdec.decoding.stats import Turn, tally_host_turns
@@ -198,7 +198,7 @@ class _HostRow:
                 parts, verified, flat, lse, k, tree)
             inexact = None
             if not certify and parts.sampling is None and verified.bound is not None:
-                inexact = certified_scores(parts.verifier, verified, 0, flat, rules)
+                inexact = inexact_row(parts.verifier, verified, 0, flat, rules)
             decided = accept_host(logits, decided_on, tokens, k, width, options.acceptance,
                                   inexact)
         return decided, flat, lse
@@ -223,7 +223,7 @@ class _HostRow:
         length = len(self.committed)
         positions = [length + offset for offset in offsets]
         if verified.bound is not None:
-            inexact = certified_scores(parts.verifier, verified, 0, flat, parts.rules)
+            inexact = inexact_row(parts.verifier, verified, 0, flat, parts.rules)
             return parts.sampling.certified_host(flat, lse, inexact, self.key, positions)
         return parts.sampling.perturbed_host(flat - lse[:, None], self.key, positions)
 

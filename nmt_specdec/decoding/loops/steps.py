@@ -215,7 +215,7 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
         temperature: the logits are divided by it first, in their own precision,
             as fairseq's ``--temperature``.
         certify: False where the caller certifies its own decision on inexact
-            logits (:func:`certified_scores`): they are returned as they are.
+            logits (:func:`inexact_row`): they are returned as they are.
 
     Returns:
         ``(logits, normaliser)``: (B, N, V) constrained logits and the (B, N)
@@ -241,7 +241,7 @@ def constrained_scores(verifier: VerifierCalls, verified: Verified,
     return logits, lse
 
 
-def certified_scores(verifier: VerifierCalls, verified: Verified, row: int,
+def inexact_row(verifier: VerifierCalls, verified: Verified, row: int,
                      scores: np.ndarray, rules: Constraints) -> Inexact:
     """One row's ``scores`` (N, V), constrained and tempered from the call's
     inexact logits, as a decision on the host certifies them
@@ -272,7 +272,7 @@ def certify_rows(parts: "LoopParts", verified: Verified, logits: Tensor, inputs:
     parents = parent_list(depth, width)
     for row in range(flat.shape[0]):
         parts.options.acceptance.certify_host(
-            flat[row], certified_scores(parts.verifier, verified, row, flat[row], parts.rules),
+            flat[row], inexact_row(parts.verifier, verified, row, flat[row], parts.rules),
             drafts[row], parents)
 
 
