@@ -40,7 +40,8 @@ import argparse
 import logging
 import math
 import sys
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from collections import Counter
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -103,21 +104,42 @@ def accepted_run(ranks: Tensor, tree: Tree, remaining: int) -> int:
     return accepted
 
 
-def replay(ranks: Tensor, tree: Tree) -> int:
-    """Iterations to commit one greedy output with ``tree``.
+def walk(ranks: Tensor, tree: Tree) -> Iterator[Tuple[int, int, bool]]:
+    """The iterations that commit one greedy output with ``tree``: (anchor,
+    drafts accepted, whether every draft was) each.
 
     Args:
         ranks: (L, K) rank of y[p+i] among slot i's candidates at anchor p (p = 0
             is BOS); rows past the end are never read.
     """
     length = ranks.size(0)  # tokens to commit, EOS included
-    position, iterations = 0, 0
+    position = 0
     while position < length:
         accepted = accepted_run(ranks[position], tree, length - position)
+        yield position, accepted, accepted == min(tree.depth, length - position)
         # The accepted run plus the verifier's correction, unless EOS was accepted.
         position = min(length, position + accepted + 1)
-        iterations += 1
-    return iterations
+
+
+def replay(ranks: Tensor, tree: Tree) -> int:
+    """Iterations to commit one greedy output with ``tree`` (see :func:`walk`)."""
+    return sum(1 for _ in walk(ranks, tree))
+
+
+def slot1_by_anchor(ranks: Tensor, tree: Tree) -> Counter:
+    """Slot 1's top-1 hits and anchors, ``(kind, "hits" | "anchors")``, where the
+    walk's anchors fall: the sentence's start, after an iteration that rejected
+    a draft (a correction), after one that accepted all; and over every anchor
+    of the output, as a uniform teacher-forced measure reads it."""
+    counts: Counter = Counter()
+    kind = "start"
+    for position, _, full in walk(ranks, tree):
+        counts[kind, "anchors"] += 1
+        counts[kind, "hits"] += int(ranks[position, 0] == 0)
+        kind = "after a full chain" if full else "after a correction"
+    counts["every anchor", "anchors"] += ranks.size(0)
+    counts["every anchor", "hits"] += int((ranks[:, 0] == 0).sum())
+    return counts
 
 
 @torch.no_grad()
@@ -199,10 +221,13 @@ def simulate(model, task, sources: List[Tensor], trees: List[Tree], rules,
     rows = []
     for tree in trees:
         iterations = sum(replay(r, tree) for r in ranks[tree.depth])
+        anchors = sum((slot1_by_anchor(r, tree) for r in ranks[tree.depth]), Counter())
         rows.append({"tree": tree.name, "depth": tree.depth, "positions": tree.positions,
                      "tokens_per_iteration": round(sum(lengths) / iterations, 3),
                      "oracle_tokens_per_iteration":
-                         round(oracle_tokens_per_iteration(lengths, tree.depth), 3)})
+                         round(oracle_tokens_per_iteration(lengths, tree.depth), 3),
+                     "slot1_by_anchor": {kind: [anchors[kind, "hits"], anchors[kind, "anchors"]]
+                                         for kind, what in anchors if what == "anchors"}})
     return {"sentences": len(sources), "tokens": sum(lengths), "rows": rows}
 
 
@@ -214,6 +239,11 @@ def format_rows(report: Dict) -> str:
         lines.append(f"| {row['tree']} | {row['depth']} | {row['positions']} | "
                      f"{row['tokens_per_iteration']:.2f} | "
                      f"{row['oracle_tokens_per_iteration']:.2f} |")
+    lines.append("\nslot 1's top-1 rate by where the anchors fall (rate, anchors):")
+    for row in report["rows"]:
+        kinds = row.get("slot1_by_anchor", {})
+        lines.append(f"- {row['tree']}: " + ", ".join(
+            f"{kind} {hits / max(total, 1):.3f} ({total})" for kind, (hits, total) in kinds.items()))
     return "\n".join(lines)
 
 
@@ -227,7 +257,9 @@ class Inputs(NamedTuple):
 
 
 def add_input_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, help="a SpecDec checkpoint (with a draft head)")
+    p.add_argument("--checkpoint", required=True,
+                   help="a SpecDec checkpoint (with a draft head), or a verifier with --draft-head")
+    p.add_argument("--draft-head", help="a head file (nmt-specdec-add-draft-head) for --checkpoint")
     p.add_argument("--data", required=True, help="directory with the dictionaries")
     p.add_argument("--src-file", required=True, help="raw source sentences, one per line")
     p.add_argument("--spm-model", required=True)
@@ -249,9 +281,19 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
             lines = handle.read().splitlines()[: args.max_sentences]
     except OSError as err:
         raise UserError(f"cannot read --src-file {args.src_file}: {err.strerror}") from None
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [args.checkpoint], arg_overrides={"data": args.data})
-    model = models[0].float().eval()
+    if args.draft_head:  # a stock verifier and a head file beside it
+        from pathlib import Path
+
+        from nmt_specdec import checkpoints
+        from nmt_specdec.model.head_file import attach_head_file
+
+        model, task = checkpoints.load(args.checkpoint, {"data": args.data}, specdec_task=True)
+        model = model.float().eval()
+        attach_head_file(model, Path(args.draft_head))
+    else:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+            [args.checkpoint], arg_overrides={"data": args.data})
+        model = models[0].float().eval()
     if not hasattr(model, "draft_head"):
         raise UserError(f"{args.checkpoint} has no draft head")
     spm = sentencepiece.SentencePieceProcessor(model_file=args.spm_model)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nmt_specdec.errors import UserError
-from benchmarks.draft_trees import NEVER, accepted_run, parse_tree, replay
+from benchmarks.draft_trees import NEVER, accepted_run, parse_tree, replay, slot1_by_anchor
 
 
 def test_tree_sizes():
@@ -50,3 +50,16 @@ def test_replay_counts_iterations_to_eos():
     assert replay(torch.full((5, 2), 3), parse_tree("chain2")) == 5
     # The wider tree takes rank-3 tokens at slot 1: 2 tokens per iteration.
     assert replay(torch.full((5, 2), 3), parse_tree("4,1")) == 3
+
+
+def test_slot1_by_anchor_sorts_the_walks_anchors():
+    # Anchor 0 (start) accepts both drafts -> anchor 3 follows a full chain, rejects
+    # slot 1 -> anchor 4 follows a correction and accepts the last token (EOS).
+    ranks = torch.tensor([[0, 0], [1, 1], [1, 0], [2, 0], [0, 9]])
+    counts = slot1_by_anchor(ranks, parse_tree("chain2"))
+    assert counts["start", "anchors"] == 1 and counts["start", "hits"] == 1
+    assert counts["after a full chain", "anchors"] == 1
+    assert counts["after a full chain", "hits"] == 0
+    assert counts["after a correction", "anchors"] == 1
+    assert counts["after a correction", "hits"] == 1
+    assert counts["every anchor", "anchors"] == 5 and counts["every anchor", "hits"] == 2
