@@ -14,7 +14,9 @@ or large batches on a compute-bound CPU.
   slot after it as rejected: it commits nothing, so a larger K buys nothing
   there.
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
-  fastest of the last few iterations at that K. Every K up to the limit is
+  fastest of the last few iterations at that K, a drafting K's relative to K=0's
+  cost when it was measured (costs grow with sentence length, and K=0 is timed
+  more often than a drafting K: :class:`CostTable`). Every K up to the limit is
   measured before any is compared (four iterations each; the first pays for
   first use and is not trusted): an untried K is never priced from another.
   Only in a batch of several rows, once two drafting K in a row lose to
@@ -132,25 +134,35 @@ class AcceptanceEstimate:
 
 
 class CostTable:
-    """Measured seconds per iteration by (K, batch bucket): the fastest of the last
-    ``window`` trusted iterations at that K.
+    """Measured seconds per iteration by (K, batch bucket), K=0's the fastest of its
+    last ``greedy_window`` trusted iterations, a drafting K's priced against it.
 
     The first iteration at a new K is not trusted: it pays for first use (the
     runtime plans memory for a new shape, buffers are bound). A K counts as
-    measured after ``min_count`` trusted iterations, and its estimate is the
-    fastest of them: noise only ever adds (page faults, neighbours, cold
-    caches), so the minimum is the least biased reading, and a K measured during
-    warm-up is not priced out until it runs again.
+    measured after ``min_count`` trusted iterations. Noise only ever adds (page
+    faults, neighbours, cold caches), so the fastest reading is the least biased
+    one; K=0, timed at every greedy step, keeps more of them than a drafting K.
+
+    Every iteration costs more as sentences grow (longer caches and sources), and
+    fairseq feeds them shortest first, while a drafting K is measured in bursts
+    (exploration, re-checks) and K=0 all along. So a drafting K's reading is kept
+    relative to K=0's estimate when it was taken, and priced at K=0's estimate of
+    now: the fastest of its last ``window`` ratios, times K=0's cost. Absolute
+    readings compared across lengths let drafting costs measured on the shortest
+    sentences stand against greedy's on long ones, and drafting looked cheaper
+    the longer the sentences.
 
     Args:
-        window: trusted iterations kept per (K, bucket).
+        window: trusted iterations kept per drafting K and bucket.
         min_count: trusted iterations before a K has an estimate.
+        greedy_window: trusted iterations kept of K=0 per bucket.
     """
 
-    def __init__(self, window: int = 5, min_count: int = 3):
-        self.recent: Dict[Tuple[int, int], List[float]] = {}  # trusted, newest last
+    def __init__(self, window: int = 5, min_count: int = 3, greedy_window: int = 20):
+        # (K, bucket) -> trusted (seconds, K=0's estimate then or None), newest last
+        self.recent: Dict[Tuple[int, int], List[Tuple[float, Optional[float]]]] = {}
         self.first: Dict[Tuple[int, int], float] = {}  # first iterations, not trusted
-        self.window, self.min_count = window, min_count
+        self.window, self.min_count, self.greedy_window = window, min_count, greedy_window
 
     @staticmethod
     def bucket(batch: int) -> int:
@@ -158,13 +170,14 @@ class CostTable:
         return 1 << (batch - 1).bit_length() if batch > 1 else 1
 
     def record(self, k: int, batch: int, seconds: float) -> None:
-        key = (k, self.bucket(batch))
+        bucket = self.bucket(batch)
+        key = (k, bucket)
         if key not in self.first:
             self.first[key] = seconds
             return
         recent = self.recent.setdefault(key, [])
-        recent.append(seconds)
-        del recent[:-self.window]
+        recent.append((seconds, None if k == 0 else self._estimate(0, bucket)))
+        del recent[:-(self.greedy_window if k == 0 else self.window)]
 
     def __call__(self, k: int, batch: int) -> Optional[float]:
         """Estimated seconds of an iteration with K=k; None until measured."""
@@ -176,7 +189,12 @@ class CostTable:
 
     def _estimate(self, k: int, bucket: int) -> Optional[float]:
         recent = self.recent.get((k, bucket))
-        return min(recent) if recent and len(recent) >= self.min_count else None
+        if not recent or len(recent) < self.min_count:
+            return None
+        greedy = None if k == 0 else self._estimate(0, bucket)
+        if greedy is None or any(then is None for _, then in recent):
+            return min(seconds for seconds, _ in recent)
+        return greedy * min(seconds / then for seconds, then in recent)
 
 
 RECHECK_TURNS = 4  # a re-check sentence's iterations at the largest K (every slot measured)

@@ -60,7 +60,7 @@ def test_measured_costs_pick_the_middle():
 
 
 def test_cost_table_trusts_the_fastest_recent_iteration():
-    table = CostTable(window=3, min_count=2)
+    table = CostTable(window=3, min_count=2, greedy_window=3)
     assert table(3, 1) is None
     table.record(0, 1, 9.0)  # a first iteration at a K pays for first use: not trusted
     table.record(0, 1, 2.0)
@@ -457,3 +457,40 @@ def test_a_shuffled_stream_rechecks_rarely_for_its_lengths():
     # The count-based re-checks (16, 32, 64, ...: 7 in 2000) and a few for
     # lengths (the longest so far grown 1.5x: at most log_1.5(40) ~ 9).
     assert len(drafted) <= 1 + 7 + 10
+
+
+def test_a_verdict_for_greedy_holds_as_every_k_costs_more_with_length():
+    # Sorted shortest first: every iteration costs more as the sentences grow (3x
+    # over the stream), K=1 always 2.2 greedy steps for 2 tokens, so greedy wins
+    # by 10% throughout. Drafting costs measured on the first, shortest sentences
+    # and compared as they were with greedy's of the long ones would make drafting
+    # look 2.7x faster at the end; priced against greedy's cost then, they do not.
+    scale = {"now": 1.0}
+
+    def seconds(k):
+        return scale["now"] * (1.0 if k == 0 else 2.2 + 0.5 * (k - 1))
+
+    policy = AutoK(4)
+    log = []
+    for sentence in range(400):
+        scale["now"] = 1.0 + 2.0 * sentence / 400
+        log += run_sentences(policy, seconds, lambda k: min(k, 1), 1)
+    drafting = [i for i, (drafts, _) in enumerate(log) if drafts]
+    assert drafting[:2] == [0, 1]  # the first two sentences measure every K
+    assert len(drafting) <= 2 + 5  # then re-checks only: after 16, 32, 64, 128 sentences
+    assert sum(k > 0 for _, chosen in log[2:] for k in chosen) <= 5 * 10
+
+
+def test_cost_table_prices_a_drafting_k_against_greedys_cost_now():
+    table = CostTable(window=3, min_count=2, greedy_window=4)
+    for seconds in (9.0, 1.0, 1.0):  # the first is not trusted
+        table.record(0, 1, seconds)
+    for seconds in (9.0, 2.5, 2.0):
+        table.record(2, 1, seconds)  # 2x greedy's cost at the time
+    assert table(2, 1) == pytest.approx(2.0)
+    for _ in range(4):
+        table.record(0, 1, 1.5)  # the sentences grew: greedy costs 1.5 now
+    assert table(0, 1) == pytest.approx(1.5)
+    assert table(2, 1) == pytest.approx(3.0)  # still 2x greedy's
+    table.record(2, 1, 2.4)  # measured again: 1.6x greedy's now, the fastest ratio
+    assert table(2, 1) == pytest.approx(2.4)
