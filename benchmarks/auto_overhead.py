@@ -6,7 +6,9 @@ passes, and on a shared 2-core machine one pass moves by 10-20%: it cannot tell
 int8) and batch size, from many passes of the engine's greedy, of auto and of
 each ``--fixed-k`` over the same sentences, every arm once a round in a rotating
 order, the policy reset before every auto pass as a fresh run starts it (so
-every pass pays auto's exploration):
+every pass pays auto's exploration; ``--interleave``: every round decodes the
+sentences one batch at a time with each arm in turn, so that the arms share the
+machine's drifts, which move whole passes by more than the margins measured):
 
 - **greedy s / auto s** of each round, median and quartiles (where drafting
   loses: the target is >= 0.98);
@@ -94,6 +96,36 @@ class Ratios(NamedTuple):
     greedy: Tuple[float, float, float]  # greedy s / auto s
     best_k: Optional[str]  # the fixed K with the fewest median seconds
     best: Optional[Tuple[float, float, float]]  # its s / auto s
+
+
+def interleaved_seconds(task, runs: Dict[str, object], rounds: int) -> Dict[str, List[float]]:
+    """Seconds of ``rounds`` passes of every run, the runs interleaved batch by batch
+    (each batch decoded by every run in turn, the order rotated by one a batch), so
+    that every run meets the same moments of the machine: on a shared machine whole
+    passes drift by 5-10% from one to the next, several times the margins measured.
+    Auto's policy is reset before each round and carries over from batch to batch
+    as in a pass of its own; its statistics are the last round's."""
+    from nmt_specdec.decoding.stats import SpecDecStats
+
+    names = list(runs)
+    seconds: Dict[str, List[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        runs["auto"].generator.reset_k_policy()
+        runs["auto"].generator.stats = SpecDecStats()
+        totals = dict.fromkeys(names, 0.0)
+        gc.collect()
+        gc.disable()
+        for index in range(len(runs["auto"].batches)):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                task.inference_step(runs[name].generator, [runs[name].model],
+                                    runs[name].batches[index].sample)
+                totals[name] += time.perf_counter() - start
+        gc.enable()
+        for name in names:
+            seconds[name].append(totals[name])
+    return seconds
 
 
 def ratios(seconds: Dict[str, List[float]]) -> Ratios:
@@ -242,7 +274,9 @@ def measure(cfg, args) -> List[str]:
                     for name, spec in specs.items()}
             for run in runs.values():  # warm-up
                 runner.decode_pass(task, run, device)
-            found = ratios(pass_seconds(task, runs, device, args.passes))
+            timed = (interleaved_seconds(task, runs, args.passes) if args.interleave
+                     else pass_seconds(task, runs, device, args.passes))
+            found = ratios(timed)
             drafted = drafting_iterations(runs["auto"].generator)
             iterations = sum(runs["auto"].generator.stats.k_chosen.values())
             split = split_by_drafting(task, runs, args.split_repeats)
@@ -264,6 +298,9 @@ def main() -> int:
                         help="per-batch pairs (the fastest is kept)")
     parser.add_argument("--fixed-k", type=int, nargs="*", default=[],
                         help="fixed K arms auto is compared with (where drafting pays)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="each round decodes batch by batch with every arm in turn, "
+                             "instead of whole passes one after another")
     parser.add_argument("--by-length", action="store_true",
                         help="also a table by source length (batch 1): fixed K against greedy")
     parser.add_argument("--drafter", choices=DRAFTERS, default="head")
@@ -280,7 +317,8 @@ def main() -> int:
              f"a random-weight {args.shape} model (time per token only)")
     print(f"{cfg.checkpoint}, {model}: auto (K <= the head's block size, beta=1, drafter "
           f"{args.drafter}) against the engine's greedy and fixed K {args.fixed_k}, "
-          f"{args.passes} rounds of passes; {cpu_model()} ({cpu_isa()}), "
+          f"{args.passes} rounds of {'interleaved ' if args.interleave else ''}passes; "
+          f"{cpu_model()} ({cpu_isa()}), "
           f"{cfg.threads} thread(s)")
     print(HEADER)
     for table in measure(cfg, args):
