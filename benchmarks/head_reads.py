@@ -1,4 +1,4 @@
-"""What the draft head reads: two EAGLE-style inputs tried on the shipped head.
+"""What the draft head reads, and where it trains: variants tried on the shipped head.
 
 Issue 66's lever "what it reads". The head reads one verifier state, the top
 layer's at the position before the last committed token c (``DraftHead``'s
@@ -14,13 +14,21 @@ same batches, and reports its slot accuracy on valid:
   added through a zero-initialised projection (EAGLE-3's low and middle
   features), so training starts from the head as it is;
 - ``fused-only``: the same, training the projection alone at 5 times the
-  learning rate: whether those states hold anything the head can use.
+  learning rate: whether those states hold anything the head can use;
+- ``after-miss``: the control's head, ``--miss-share`` of its cuts drawn from
+  the anchors that follow a miss of the shipped head's slot-1 draft (the
+  anchors after a correction, where decoding meets the head at its weakest:
+  EAGLE-3's training-time test in spirit, for a head whose inputs are the
+  verifier's own and so never its own drafts).
 
 The labels are the verifier's argmax along the reference (teacher-forced), so
 slot 1's accuracy is exactly the rate at which its draft would be accepted;
 later slots are approximate. "first" is the bidirectional pass, "refined" the
 refinement pass (teacher-forced on the reference tokens; slot 1's refined draft
-is the one decoding proposes). Verifier states are computed once, in memory.
+is the one decoding proposes); "after a miss" is refined slot 1 at every valid
+anchor that follows a miss of the shipped head. Verifier states are computed
+once, in memory; ``--save-heads`` writes the trained heads (control and
+after-miss) as head files, for ``draft_trees.py`` and the engine.
 
 Example (the data as ``nmt-specdec-prepare-gettext`` writes it)::
 
@@ -97,8 +105,38 @@ def cache(model, pairs: List[tuple], bos: int, pad: int) -> List[Dict[str, Tenso
 
 
 def make_batch(items: List[Dict[str, Tensor]], cuts: int, pad: int,
-               generator: torch.Generator) -> Dict[str, Tensor]:
-    """Padded tensors of ``items`` and ``cuts`` random cut points per sentence."""
+               generator: torch.Generator, miss_share: float = 0.0) -> Dict[str, Tensor]:
+    """Padded tensors of ``items`` and ``cuts`` random cut points per sentence, of
+    which ``miss_share`` (rounded) are drawn from the sentence's ``after_miss`` cuts
+    where it has any (:func:`mark_misses`)."""
+    batch = padded(items, pad)
+    chosen = sample_cuts(batch["lengths"], cuts, generator)
+    from_misses = round(cuts * miss_share)
+    for row, e in enumerate(items):
+        after = e.get("after_miss")
+        if from_misses and after is not None and after.numel():
+            picks = torch.randint(after.numel(), (from_misses,), generator=generator)
+            chosen[row, :from_misses] = after[picks]
+    batch["cuts"] = chosen.view(-1)
+    batch["rows"] = torch.arange(len(items)).repeat_interleave(cuts)
+    return batch
+
+
+def every_cut(items: List[Dict[str, Tensor]], pad: int,
+              key: Optional[str] = None) -> Dict[str, Tensor]:
+    """Padded tensors of ``items`` with every cut point of each sentence (``key``:
+    only the cuts listed in each item's ``key``)."""
+    batch = padded(items, pad)
+    cuts = [torch.arange(int(n)) if key is None else e[key]
+            for e, n in zip(items, batch["lengths"])]
+    batch["cuts"] = torch.cat(cuts)
+    batch["rows"] = torch.arange(len(items)).repeat_interleave(
+        torch.tensor([c.numel() for c in cuts]))
+    return batch
+
+
+def padded(items: List[Dict[str, Tensor]], pad: int) -> Dict[str, Tensor]:
+    """Padded tensors of ``items``: sources left-padded, targets right-padded."""
     width_s = max(e["enc"].size(0) for e in items)
     width_t = max(e["tgt"].numel() for e in items)
     batch = {"enc": torch.zeros(width_s, len(items), items[0]["enc"].size(1)),
@@ -114,9 +152,32 @@ def make_batch(items: List[Dict[str, Tensor]], cuts: int, pad: int,
         for name in ("tgt", "label", "top", "low"):
             batch[name][row, :t] = e[name]
     batch["lengths"] = batch["tgt"].ne(pad).sum(1)
-    batch["cuts"] = sample_cuts(batch["lengths"], cuts, generator).view(-1)
-    batch["rows"] = torch.arange(len(items)).repeat_interleave(cuts)
     return batch
+
+
+@torch.no_grad()
+def mark_misses(reader: "Reader", items: List[Dict[str, Tensor]]) -> float:
+    """Stores in each item its ``after_miss`` cuts: c + 1 for every cut c at which
+    the head's refined slot-1 draft differs from the verifier's label, i.e. the
+    anchors that follow a correction, where the head is weakest; returns their
+    share of all cuts. Every cut of a sentence is a block that reads its whole
+    source, so the cost grows with the square of the length: ~90 blocks a second
+    on 2 cores, about an hour for 30,000 train sentences."""
+    reader.eval()
+    marked = total = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for start in range(0, len(items), 64):
+            chunk = items[start:start + 64]
+            batch = every_cut(chunk, reader.pad)
+            _, refined, labels = reader(batch, projected=1)
+            missed = (refined[:, 0].argmax(-1) != labels[:, 0]) & labels[:, 0].ne(reader.pad)
+            for row, e in enumerate(chunk):
+                mine = batch["rows"] == row
+                cuts = batch["cuts"][mine][missed[mine]] + 1
+                e["after_miss"] = cuts[cuts < e["tgt"].numel()]
+                marked, total = marked + e["after_miss"].numel(), total + int(mine.sum())
+    reader.train()
+    return marked / max(total, 1)
 
 
 class Reader(nn.Module):
@@ -149,8 +210,9 @@ class Reader(nn.Module):
             x = x + torch.where(has[:, None], self.low(low), torch.zeros_like(x))
         return x + embed_positions_at(head.verifier.embed_positions, cut[:, None])[:, 0]
 
-    def forward(self, batch: Dict[str, Tensor]):
-        """(first logits, refined logits, labels), (N, K, V) and (N, K)."""
+    def forward(self, batch: Dict[str, Tensor], projected: Optional[int] = None):
+        """(first logits, refined logits, labels), (N, K, V) and (N, K); the block
+        is always K slots, the first ``projected`` of them scored (default: all)."""
         head, cut, rows, k = self.head, batch["cuts"], batch["rows"], self.k
         slots = cut[:, None] + torch.arange(1, k + 1)
         masks = head.mask_embedding + embed_positions_at(head.verifier.embed_positions, slots)
@@ -175,8 +237,9 @@ class Reader(nn.Module):
         y = head.refine_norm(y)
         weight = head.output_weight()
         # Batch-first and contiguous: a transposed view makes F.linear far slower on a CPU.
-        return (F.linear(x[1:].transpose(0, 1).contiguous(), weight),
-                F.linear(y[1:].transpose(0, 1).contiguous(), weight), labels)
+        end = 1 + (k if projected is None else projected)
+        return (F.linear(x[1:end].transpose(0, 1).contiguous(), weight),
+                F.linear(y[1:end].transpose(0, 1).contiguous(), weight), labels[:, :end - 1])
 
     @staticmethod
     def _layer(layer, x: Tensor, batch: Dict[str, Tensor], mask: Optional[Tensor]) -> Tensor:
@@ -201,6 +264,21 @@ def accuracy(reader: Reader, valid: List[dict], cuts: int) -> Tensor:
     return hits / total
 
 
+def after_miss_accuracy(reader: Reader, valid: List[dict]) -> float:
+    """Refined slot-1 accuracy at every ``after_miss`` cut of ``valid``."""
+    reader.eval()
+    hits = total = 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for start in range(0, len(valid), 64):
+            _, refined, labels = reader(every_cut(valid[start:start + 64], reader.pad,
+                                                  "after_miss"), projected=1)
+            counted = labels[:, 0].ne(reader.pad)
+            hits += int(((refined[:, 0].argmax(-1) == labels[:, 0]) & counted).sum())
+            total += int(counted.sum())
+    reader.train()
+    return hits / max(total, 1)
+
+
 def train(reader: Reader, data: List[dict], valid: List[dict], args) -> List[tuple]:
     """Adam on the head (and the variant's projection) for ``args.updates``;
     (updates, seconds, accuracies) at the start and every ``args.eval_every``."""
@@ -211,10 +289,15 @@ def train(reader: Reader, data: List[dict], valid: List[dict], args) -> List[tup
         params, lr = list(reader.low.parameters()), 5 * args.lr
     optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98))
     generator, picks = torch.Generator().manual_seed(7), random.Random(3)
-    marks, start = [(0, 0.0, accuracy(reader, valid, args.cuts))], time.time()
+    share = args.miss_share if reader.kind == "after-miss" else 0.0
+
+    def mark(update: int, seconds: float) -> tuple:
+        return (update, seconds, accuracy(reader, valid, args.cuts),
+                after_miss_accuracy(reader, valid))
+    marks, start = [mark(0, 0.0)], time.time()
     for update in range(1, args.updates + 1):
         batch = make_batch(picks.sample(data, args.batch_sentences), args.cuts,
-                           reader.pad, generator)
+                           reader.pad, generator, share)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             first, refined, labels = reader(batch)
         vocab = first.size(-1)
@@ -228,7 +311,7 @@ def train(reader: Reader, data: List[dict], valid: List[dict], args) -> List[tup
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         if update % args.eval_every == 0 or update == args.updates:
-            marks.append((update, time.time() - start, accuracy(reader, valid, args.cuts)))
+            marks.append(mark(update, time.time() - start))
     return marks
 
 
@@ -242,7 +325,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--model-dir", type=Path, default=Path("models/gettext-de-en-base"))
     p.add_argument("--raw", type=Path, required=True, help="raw/ of nmt-specdec-prepare-gettext")
     p.add_argument("--variants", nargs="+", default=["control", "history", "fused"],
-                   choices=["control", "history", "fused", "fused-only"])
+                   choices=["control", "history", "fused", "fused-only", "after-miss"])
+    p.add_argument("--miss-share", type=float, default=0.5,
+                   help="after-miss: the share of cuts drawn where the head's draft missed")
+    p.add_argument("--save-heads", type=Path, default=None,
+                   help="writes each variant's head file here (VARIANT.pt)")
     p.add_argument("--train-sentences", type=int, default=30000)
     p.add_argument("--valid-sentences", type=int, default=600)
     p.add_argument("--updates", type=int, default=1200)
@@ -266,15 +353,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{args.model_dir}: {len(data)} train / {len(valid)} valid sentences, "
           f"{args.batch_sentences} sentences x {args.cuts} cuts an update, lr {args.lr}, "
           f"K={args.k}, {cpu_model()}, {args.threads} threads")
-    print(f"{'variant':8} {'updates':>7} {'s':>5}  first-pass slot accuracy   refined slot accuracy")
     start_weights = {n: t.clone() for n, t in model.draft_head.state_dict().items()}
+    marker = Reader(model.draft_head, "control", args.window, args.k, bos, pad)
+    share = mark_misses(marker, valid)
+    if "after-miss" in args.variants:
+        print(f"cuts after a miss of the shipped head's slot 1: {mark_misses(marker, data):.3f} "
+              f"of train's, {share:.3f} of valid's; after-miss draws {args.miss_share} of its cuts "
+              "there")
+    print(f"{'variant':8} {'updates':>7} {'s':>5}  first-pass slot accuracy   refined slot accuracy"
+          "   refined slot 1 after a miss")
     for kind in args.variants:
         model.draft_head.load_state_dict(start_weights)
         reader = Reader(model.draft_head, kind, args.window, args.k, bos, pad)
-        for update, seconds, acc in train(reader, data, valid, args):
+        for update, seconds, acc, after in train(reader, data, valid, args):
             print(f"{kind:8} {update:7d} {seconds:5.0f}  "
                   f"{' '.join(f'{a:.3f}' for a in acc[0])}   "
-                  f"{' '.join(f'{a:.3f}' for a in acc[1])}", flush=True)
+                  f"{' '.join(f'{a:.3f}' for a in acc[1])}   {after:.3f}", flush=True)
+        if args.save_heads is not None and reader.low is None and kind != "history":
+            from nmt_specdec.model.head_file import write_head_file
+
+            write_head_file(model, args.save_heads / f"{kind}.pt")
     return 0
 
 
