@@ -176,23 +176,26 @@ class CostTable:
             self.first[key] = seconds
             return
         recent = self.recent.setdefault(key, [])
-        recent.append((seconds, None if k == 0 else self._estimate(0, bucket)))
+        recent.append((seconds, None if k == 0 else self._estimate(0, bucket, None)))
         del recent[:-(self.greedy_window if k == 0 else self.window)]
 
     def __call__(self, k: int, batch: int) -> Optional[float]:
         """Estimated seconds of an iteration with K=k; None until measured."""
-        return self._estimate(k, self.bucket(batch))
+        bucket = self.bucket(batch)
+        return self._estimate(k, bucket, self._estimate(0, bucket, None))
 
     def estimates(self, limit: int, bucket: int) -> List[Optional[float]]:
-        """:meth:`__call__` for K = 0..limit of one bucket (the bucket found once)."""
-        return [self._estimate(k, bucket) for k in range(limit + 1)]
+        """:meth:`__call__` for K = 0..limit of one bucket (K=0's estimate found once)."""
+        greedy = self._estimate(0, bucket, None)
+        return [greedy] + [self._estimate(k, bucket, greedy) for k in range(1, limit + 1)]
 
-    def _estimate(self, k: int, bucket: int) -> Optional[float]:
+    def _estimate(self, k: int, bucket: int, greedy: Optional[float]) -> Optional[float]:
+        """``greedy``: K=0's estimate now, which prices a drafting K's ratios (None:
+        not measured yet; the readings then count as they are)."""
         recent = self.recent.get((k, bucket))
         if not recent or len(recent) < self.min_count:
             return None
-        greedy = None if k == 0 else self._estimate(0, bucket)
-        if greedy is None or any(then is None for _, then in recent):
+        if k == 0 or greedy is None or any(then is None for _, then in recent):
             return min(seconds for seconds, _ in recent)
         return greedy * min(seconds / then for seconds, then in recent)
 
