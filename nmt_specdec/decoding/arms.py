@@ -5,7 +5,8 @@ sentence at batch 1 (:class:`SentenceArms`). Why per batch and per sentence:
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import statistics
+from typing import Dict, List, Optional, Tuple
 
 
 def moving_average(old: Optional[float], new: float, weight: float) -> float:
@@ -75,58 +76,93 @@ class BatchArms:
 
 
 class SentenceArms:
-    """Draft or not, per sentence of a batch of one.
+    """Draft or not, per sentence of a batch of one: whichever its length makes cheaper.
 
-    Sentences draft (K chosen per iteration) until the per-iteration estimates
-    say K=0 is the best K; from then on they decode greedily, but for one
-    re-check sentence after ``first_wait`` sentences. A re-check that finds K=0
-    still the best doubles the wait, without a cap; one that finds drafting
-    better goes back to drafting sentences. With 16 the re-checks come 16, 32,
-    64, ... greedy sentences apart: 4 in 500 sentences, 8 in 5000, each costing
-    a sentence at a losing K.
+    Drafting saves per committed token and costs per sentence: the draft head's
+    source keys/values, a cache wider by K slots, a first iteration dearer than
+    greedy's. So a short sentence may decode faster greedily where a long one
+    drafts faster. A sentence's time is modelled as a per-sentence cost of its
+    arm plus its expected output tokens times the arm's seconds per token:
 
-    A sentence ``longer`` times longer (source tokens) than any the verdict was
-    reached or confirmed on is re-checked at once: what drafting buys grows with
-    the sentence, and fairseq feeds sentences shortest first, so a verdict
-    reached on the first few would otherwise stand, at ever longer waits, over
-    sentences it says nothing about. In a shuffled stream this adds a re-check
-    only each time the longest sentence so far grows ``longer`` times.
+        greedy:   O_greedy + n * c_0         drafting: O_draft + n * min_K c_K / t_K
+
+    with ``c_K`` and ``t_K`` the per-iteration costs and tokens of
+    :class:`~.k_policy.AutoK` (``per_token``), ``O`` an arm's median, over its last
+    ``window`` sentences, of its seconds beyond the iterations' estimated costs
+    (what the per-iteration model leaves out, its bias included), and ``n`` the
+    source length times the output tokens per source token seen so far. A
+    sentence drafts where the model says drafting is cheaper at its length.
+
+    The first sentences are greedy until greedy's per-sentence cost is known (K=0
+    is then measured too), then they draft until every K and drafting's
+    per-sentence cost are. A model that says greedy for ``wait`` sentences in a row
+    is re-checked by a drafting sentence (:mod:`.k_policy`: its first iterations
+    draft every slot), so that drafting's estimates do not go stale: a re-check
+    that finds greedy still the cheaper at its length doubles the wait (16, 32,
+    64, ... sentences: 4 in 500, 8 in 5,000), a sentence the model drafts resets
+    it to ``first_wait``.
 
     Args:
-        first_wait: greedy sentences before the first re-check.
-        longer: source length ratio that triggers a re-check.
+        first_wait: greedy sentences in a row before the first re-check.
+        window: sentences kept per arm for its per-sentence cost.
     """
 
-    def __init__(self, first_wait: int = 16, longer: float = 1.5):
-        self.first_wait, self.longer = first_wait, longer
-        self.sentences = 0
+    def __init__(self, first_wait: int = 16, window: int = 9):
+        self.first_wait, self.window = first_wait, window
         self.wait = first_wait
-        self.due: Optional[int] = None  # sentence of the next re-check; None: drafting
+        self.overheads: Dict[bool, List[float]] = {False: [], True: []}  # arm -> newest last
+        self.tokens = self.sources = 0  # output and source tokens of the sentences so far
+        self.sentences = 0
+        self.last_drafted = 0  # sentences before the last drafting one, plus one
         self.length = 0  # source length of this sentence
-        self.judged = 0  # the longest source the standing verdict was reached on
+        self.rechecking = False  # whether this sentence drafts as a re-check
 
-    def drafts(self, length: int = 0) -> bool:
-        """Whether the next sentence, of ``length`` source tokens, may draft."""
-        self.length = length
-        return (self.due is None or self.sentences >= self.due
-                or length >= self.longer * max(self.judged, 1))
+    def drafts(self, length: int, per_token: Optional[Tuple[float, float]]) -> bool:
+        """Whether the next sentence, of ``length`` source tokens, may draft.
 
-    @property
-    def rechecking(self) -> bool:
-        """Whether a sentence that drafts now is a re-check of a greedy verdict."""
-        return self.due is not None
+        Args:
+            per_token: seconds per committed token of greedy and of the best
+                drafting K; None until every K is measured.
+        """
+        self.length, self.rechecking = length, False
+        if not self.overheads[False]:
+            return False
+        if per_token is None or not self.overheads[True]:
+            return True
+        if self.pays(length, per_token):
+            return True
+        self.rechecking = self.sentences >= self.last_drafted + self.wait
+        return self.rechecking
 
-    def record(self, drafted: bool, greedy_wins: Optional[bool]) -> None:
-        """A sentence ended; ``greedy_wins``: the verdict of a drafting sentence's
-        estimates (None: some K not measured yet, or a greedy sentence)."""
+    def pays(self, length: int, per_token: Tuple[float, float]) -> bool:
+        """Whether drafting decodes a sentence of ``length`` source tokens faster."""
+        if not self.overheads[False] or not self.overheads[True]:
+            return True
+        if length > 0 and self.sources:
+            tokens = length * self.tokens / self.sources
+        else:  # no source length: a sentence as long as the average so far
+            tokens = self.tokens / max(self.sentences, 1)
+        greedy, drafting = per_token
+        return (statistics.median(self.overheads[True]) + tokens * drafting
+                < statistics.median(self.overheads[False]) + tokens * greedy)
+
+    def record(self, drafted: bool, tokens: int, overhead: Optional[float],
+               per_token: Optional[Tuple[float, float]]) -> None:
+        """A sentence ended with ``tokens`` output tokens; ``overhead``: its seconds
+        beyond its iterations' estimated costs (None: some K it ran unmeasured)."""
         self.sentences += 1
-        if drafted:
-            self.judged = max(self.judged, self.length)
-        if not drafted or greedy_wins is None:
+        self.tokens += tokens
+        self.sources += self.length
+        if overhead is not None:
+            kept = self.overheads[drafted]
+            kept.append(overhead)
+            del kept[:-self.window]
+        if not drafted:
             return
-        if not greedy_wins:
-            self.due, self.wait, self.judged = None, self.first_wait, 0
+        self.last_drafted = self.sentences
+        if per_token is None:
             return
-        if self.due is not None:  # a re-check that confirmed greedy
+        if self.pays(self.length, per_token):
+            self.wait = self.first_wait
+        elif self.rechecking:  # a re-check that confirmed greedy
             self.wait *= 2
-        self.due = self.sentences + self.wait

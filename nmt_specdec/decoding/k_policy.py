@@ -14,7 +14,8 @@ or large batches on a compute-bound CPU.
   slot after it as rejected: it commits nothing, so a larger K buys nothing
   there.
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
-  fastest of the last few iterations at that K, a drafting K's relative to K=0's
+  median of the last few iterations at that K (a batch's first iteration, dearer
+  for every K, left to the per-sentence cost), a drafting K's relative to K=0's
   cost when it was measured (costs grow with sentence length, and K=0 is timed
   more often than a drafting K: :class:`CostTable`). Every K up to the limit is
   measured before any is compared (four iterations each; the first pays for
@@ -23,27 +24,27 @@ or large batches on a compute-bound CPU.
   greedy, each by more than the one before, are the larger K left unmeasured
   (retries still try them).
 - Retries: after ``retry_every`` iterations of a bucket the K measured longest
-  ago runs once more, so neither a noisy measurement nor acceptance learned
+  ago runs again (as many iterations as a measurement takes: the median of its
+  readings then is a new one), so neither a noisy measurement nor acceptance learned
   early locks a K out. A retry that leaves the best K as it was doubles the
   wait for the next (up to ``max_retry_every``); one that changes it starts
-  again; only drafting batches retry.
+  again (a retry already due is not put off); only drafting batches retry.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
   decided per batch, from the tokens per second whole batches committed with
   and without drafting: a per-iteration cost model misses what drafting costs
   later (ragged rows make every later pass, K=0 too, pay for per-row cache
   writes and masks).
-- One row (:class:`SentenceArms`): whether to draft is decided per sentence.
-  Drafting sentences choose K per iteration as above; once every K is measured
-  and K=0 is the best, sentences decode as greedy batches, with rarer and rarer
-  re-checks, since a sentence that may draft costs more than its iterations
-  (the draft head's encoder keys/values, a cache wider by K slots, the choice).
-  A verdict may stand on a few iterations of the first, shortest sentences
-  (fairseq sorts them by length): a sentence 1.5 times longer than those
-  re-checks at once (:class:`SentenceArms`). A re-check drafts the largest K
-  for its first :data:`RECHECK_TURNS` iterations, since one at the K those
-  estimates favour would never draft, so never re-measure, the later slots
-  they wrote off; then it chooses as any drafting sentence does, so that a
-  long sentence re-checked where drafting loses is not drafted to its end.
+- One row (:class:`SentenceArms`): whether to draft is decided per sentence,
+  from a model of a sentence's time in each arm: a per-sentence cost (what
+  drafting costs once a sentence: the draft head's source keys/values, a wider
+  cache, a dearer first iteration) plus its expected tokens times the seconds
+  per token these estimates give, so short sentences may decode greedily where
+  long ones draft (the per-iteration model alone drafted short sentences that
+  each cost more than they saved). Drafting
+  sentences choose K per iteration as above. Where greedy stands for a while, a
+  re-check sentence drafts the largest K for its first :data:`RECHECK_TURNS`
+  iterations, since one at the K the estimates favour would never re-measure
+  the later slots they wrote off.
 - A greedy sentence or batch costs the policy one record per iteration
   (``choose`` returns 0, no counts are read back: ``wants_counts``): it times
   its iterations as K=0's, so that K=0's estimate stays as current as the
@@ -56,6 +57,7 @@ Shapes: B active rows.
 
 from __future__ import annotations
 
+import statistics
 from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt_specdec.decoding.arms import BatchArms, SentenceArms
@@ -134,20 +136,23 @@ class AcceptanceEstimate:
 
 
 class CostTable:
-    """Measured seconds per iteration by (K, batch bucket), K=0's the fastest of its
+    """Measured seconds per iteration by (K, batch bucket), K=0's the median of its
     last ``greedy_window`` trusted iterations, a drafting K's priced against it.
 
     The first iteration at a new K is not trusted: it pays for first use (the
     runtime plans memory for a new shape, buffers are bound). A K counts as
-    measured after ``min_count`` trusted iterations. Noise only ever adds (page
-    faults, neighbours, cold caches), so the fastest reading is the least biased
-    one; K=0, timed at every greedy step, keeps more of them than a drafting K.
+    measured after ``min_count`` trusted iterations. The median, not the fastest
+    reading: a drafting iteration (two runtime calls) scatters more than a greedy
+    one, so the fastest of a few readings priced drafting lower against greedy
+    than it ran, and what a sentence costs beyond its iterations, which
+    :class:`~.arms.SentenceArms` measures against these estimates, then grew with
+    its length. K=0, timed at every greedy step, keeps more readings.
 
     Every iteration costs more as sentences grow (longer caches and sources), and
     fairseq feeds them shortest first, while a drafting K is measured in bursts
     (exploration, re-checks) and K=0 all along. So a drafting K's reading is kept
     relative to K=0's estimate when it was taken, and priced at K=0's estimate of
-    now: the fastest of its last ``window`` ratios, times K=0's cost. Absolute
+    now: the median of its last ``window`` ratios, times K=0's cost. Absolute
     readings compared across lengths let drafting costs measured on the shortest
     sentences stand against greedy's on long ones, and drafting looked cheaper
     the longer the sentences.
@@ -196,8 +201,8 @@ class CostTable:
         if not recent or len(recent) < self.min_count:
             return None
         if k == 0 or greedy is None or any(then is None for _, then in recent):
-            return min(seconds for seconds, _ in recent)
-        return greedy * min(seconds / then for seconds, then in recent)
+            return statistics.median(seconds for seconds, _ in recent)
+        return greedy * statistics.median(seconds / then for seconds, then in recent)
 
 
 RECHECK_TURNS = 4  # a re-check sentence's iterations at the largest K (every slot measured)
@@ -226,18 +231,20 @@ class AutoK(KPolicy):
         self.sentences = SentenceArms()
         self.may_draft = True  # this batch's arm
         self.recheck = 0  # iterations left that re-check a greedy verdict: they draft
+        self.batch_turns: Dict[int, int] = {}  # K -> iterations of this batch
         self.batch_bucket = 1
         self.retry_every, self.max_retry_every = retry_every, max_retry_every
         self.turns: Dict[int, int] = {}  # bucket -> iterations chosen
         self.last_run: Dict[Tuple[int, int], int] = {}  # (K, bucket) -> turn it last ran
         self.retries: Dict[int, Tuple[int, int, int]] = {}  # bucket -> (best K, wait, next)
+        self.retrying: Dict[int, Tuple[int, int]] = {}  # bucket -> (retried K, turns left)
 
     def start_batch(self, rows: int, source_length: int = 0) -> None:
         self.batch_bucket = CostTable.bucket(rows)
+        self.batch_turns = {}
         if rows == 1:
-            self.may_draft = self.sentences.drafts(source_length)
-            self.recheck = (RECHECK_TURNS if self.may_draft and self.sentences.rechecking
-                            else 0)
+            self.may_draft = self.sentences.drafts(source_length, self.per_token())
+            self.recheck = RECHECK_TURNS if self.may_draft and self.sentences.rechecking else 0
         else:
             self.may_draft, self.recheck = self.arms.drafts(self.batch_bucket), 0
         self.wants_counts = self.may_draft  # a greedy batch has nothing to learn per turn
@@ -245,14 +252,20 @@ class AutoK(KPolicy):
     def end_batch(self, tokens: int, seconds: float) -> None:
         if self.batch_bucket > 1:
             self.arms.record(self.batch_bucket, self.may_draft, tokens, seconds)
-        else:
-            self.sentences.record(self.may_draft,
-                                  self.greedy_wins() if self.may_draft else None)
+            return
+        estimated = [self.cost(k, 1) for k in self.batch_turns]
+        overhead = (None if None in estimated else seconds - sum(
+            turns * cost for turns, cost in zip(self.batch_turns.values(), estimated)))
+        self.sentences.record(self.may_draft, tokens, overhead, self.per_token())
 
-    def greedy_wins(self) -> Optional[bool]:
-        """Whether K=0 is the best K of one row; None until every K is measured."""
+    def per_token(self) -> Optional[Tuple[float, float]]:
+        """Seconds per committed token of one row: greedy's, and the best drafting
+        K's; None until every K is measured."""
         costs = self._considered(self._costs(self.max_k, 1, 1), 1)
-        return None if None in costs else self._best(costs, 0) == 0
+        if None in costs or len(costs) < 2:
+            return None
+        tokens = self.acceptance.expected_tokens()
+        return costs[0], min(costs[k] / tokens[k] for k in range(1, len(costs)))
 
     def choose(self, limit: int, batch: int) -> int:
         if not self.may_draft:
@@ -269,9 +282,13 @@ class AutoK(KPolicy):
             k = limit
         else:
             k = self._best(costs, 0)
-            if limit > 0 and self._retry_now(bucket, k, turn):
+            retry_k, left = self.retrying.get(bucket, (0, 0))
+            if left and retry_k <= limit:  # a retry measures its K anew: several turns
+                k, self.retrying[bucket] = retry_k, (retry_k, left - 1)
+            elif limit > 0 and self._retry_now(bucket, k, turn):
                 k = min((kk for kk in range(limit + 1) if kk != k),
                         key=lambda kk: self.last_run.get((kk, bucket), -1))
+                self.retrying[bucket] = (k, 0 if self.table is None else self.table.min_count - 1)
         self.last_run[(k, bucket)] = turn
         return k
 
@@ -310,8 +327,8 @@ class AutoK(KPolicy):
         """Whether this iteration of ``bucket`` retries another K than ``best``."""
         last_best, wait, due = self.retries.get(bucket, (best, self.retry_every,
                                                          turn + self.retry_every))
-        if best != last_best:  # the best K changed: look again soon
-            wait, due = self.retry_every, turn + self.retry_every
+        if best != last_best:  # the best K changed: look again soon (not later than due)
+            wait, due = self.retry_every, min(due, turn + self.retry_every)
         retry = turn >= due
         if retry:
             wait = min(2 * wait, self.max_retry_every)
@@ -320,13 +337,12 @@ class AutoK(KPolicy):
         return retry
 
     def observe(self, num_accepted: List[int], k: int, seconds: float) -> None:
-        if not self.may_draft:
-            if self.table is not None:
-                self.table.record(0, self.batch, seconds)
-            return
-        self.acceptance.observe(num_accepted, k)
-        if self.table is not None:
-            self.table.record(k, self.batch, seconds)
+        first = not self.batch_turns  # dearer for every K: a per-sentence cost
+        self.batch_turns[k] = self.batch_turns.get(k, 0) + 1
+        if self.may_draft:
+            self.acceptance.observe(num_accepted, k)
+        if self.table is not None and not first:
+            self.table.record(k if self.may_draft else 0, self.batch, seconds)
 
 
 def make_k_policy(options: DecodingOptions) -> KPolicy:
