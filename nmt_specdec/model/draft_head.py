@@ -79,14 +79,17 @@ def shortlist_logits(slots: Tensor, weight: Tensor, shortlist: Tensor,
     return torch.full_like(like, float("-inf")).scatter(2, shortlist, short)
 
 
-def _project(slots: Tensor, weight: Tensor) -> Tensor:
+def project_slots(slots: Tensor, weight: Tensor) -> Tensor:
     """(B', K, V) logits of the (K, B', C) slot states against ``weight`` (V, C).
 
-    The states are made batch-first and contiguous before the projection: a
-    transposed view would make ``F.linear`` a batched product with the weight
-    broadcast to every row, several times slower on a CPU (and copied whole
-    under bfloat16 autocast)."""
-    return F.linear(slots.transpose(0, 1).contiguous(), weight)
+    The states are made batch-first rows of one matrix before the projection: a
+    transposed view, or a block of one slot (whose (B', 1, C) view counts as
+    contiguous with any stride), would make ``F.linear`` a batched product with
+    the weight broadcast to every row, several times slower on a CPU and, under
+    bfloat16 autocast, copied whole for every row."""
+    length, rows, dim = slots.shape
+    flat = slots.transpose(0, 1).reshape(rows * length, dim)
+    return F.linear(flat, weight).view(rows, length, -1)
 
 
 class DraftHead(nn.Module):
@@ -234,7 +237,7 @@ class DraftHead(nn.Module):
             x = run(layer, x, None)  # no self-attention mask: the block is bidirectional
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        first = _project(x[1:], self.output_weight())  # (B', K, V)
+        first = project_slots(x[1:], self.output_weight())  # (B', K, V)
         if not len(self.refine_layers) or slot_tokens is None:
             return first, None
         y = self.refine_inputs(x.transpose(0, 1), last_tokens, slot_tokens)
@@ -244,7 +247,7 @@ class DraftHead(nn.Module):
             y = run(layer, y, causal)
         if self.refine_norm is not None:
             y = self.refine_norm(y)
-        return first, _project(y[1:], self.output_weight())
+        return first, project_slots(y[1:], self.output_weight())
 
     def _layer_runner(self, encoder_out: Dict[str, List[Tensor]], rows: Optional[Tensor]
                       ) -> Callable[[nn.Module, Tensor, Optional[Tensor]], Tensor]:

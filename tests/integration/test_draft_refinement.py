@@ -18,7 +18,7 @@ fresh when the shipped head has none), 40 hand-written sentences:
 import pytest
 import torch
 
-from nmt_specdec.model.draft_head import DraftHead
+from nmt_specdec.model.draft_head import DraftHead, project_slots
 from nmt_specdec.errors import UserError
 from tests.helpers.shipped_model import (
     MODEL_DIR,
@@ -275,3 +275,14 @@ def test_fairseq_takes_the_decoding_and_the_training_flag_side_by_side():
         "--draft-refine-steps", "1", "--spec-refine-steps", "3"])
     assert (args.draft_refine_steps, args.spec_refine_steps) == (1, 3)
     assert DecodingOptions.from_flags(args).refine_steps == 3
+
+
+@pytest.mark.parametrize("slots", [1, 4])
+def test_slot_logits_are_each_rows_product_with_the_projection(slots):
+    states = torch.randn(slots, 5, 8)  # (K, B', C), time-major as the head's layers give them
+    weight = torch.randn(11, 8)
+    logits = project_slots(states, weight)
+    assert logits.shape == (5, slots, 11)
+    for row in range(5):
+        for slot in range(slots):
+            assert torch.allclose(logits[row, slot], weight @ states[slot, row], atol=1e-5)

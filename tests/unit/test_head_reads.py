@@ -43,3 +43,4 @@ def test_every_cut_or_every_listed_one():
     listed = every_cut(items, PAD, "after_miss")
     assert listed["cuts"].tolist() == [2, 1] and listed["rows"].tolist() == [0, 1]
     assert listed["lengths"].tolist() == [3, 2]
+
