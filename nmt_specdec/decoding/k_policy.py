@@ -28,7 +28,7 @@ or large batches on a compute-bound CPU.
   readings then is a new one), so neither a noisy measurement nor acceptance learned
   early locks a K out. A retry that leaves the best K as it was doubles the
   wait for the next (up to ``max_retry_every``); one that changes it starts
-  again (a retry already due is not put off); only drafting batches retry.
+  again; only drafting batches retry.
 - Batches of several rows (:class:`BatchArms`): whether to draft at all is
   decided per batch, from the tokens per second whole batches committed with
   and without drafting: a per-iteration cost model misses what drafting costs
@@ -327,8 +327,8 @@ class AutoK(KPolicy):
         """Whether this iteration of ``bucket`` retries another K than ``best``."""
         last_best, wait, due = self.retries.get(bucket, (best, self.retry_every,
                                                          turn + self.retry_every))
-        if best != last_best:  # the best K changed: look again soon (not later than due)
-            wait, due = self.retry_every, min(due, turn + self.retry_every)
+        if best != last_best:  # the best K changed: look again soon
+            wait, due = self.retry_every, turn + self.retry_every
         retry = turn >= due
         if retry:
             wait = min(2 * wait, self.max_retry_every)
