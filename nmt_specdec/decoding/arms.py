@@ -127,9 +127,7 @@ class SentenceArms:
         self.length, self.rechecking = length, False
         if not self.overheads[False]:
             return False
-        if per_token is None or not self.overheads[True]:
-            return True
-        if self.pays(length, per_token):
+        if per_token is None or self.pays(length, per_token):
             return True
         self.rechecking = self.sentences >= self.last_drafted + self.wait
         return self.rechecking
