@@ -6,9 +6,10 @@ of token j at output position t of a sentence is a hash of (seed, sentence, t,
 j): the sentence is its position in the input (fairseq's sample ``id``), t the
 buffer index the token is written to (BOS at 0). So a sentence's sample
 depends on the seed, the sentence and its position alone: the same bytes at any
-batch size, on any device, on a rerun, with or without drafting, and two equal
-lines still draw independently. A global generator would hand each row whatever
-the rows before it left over.
+batch size, on a rerun, with or without drafting, and two equal lines still draw
+independently (another device may round the logs differently in the last bit,
+which changes a sample only where two perturbed scores tie to that bit). A
+global generator would hand each row whatever the rows before it left over.
 
 The hash is PCG's output permutation (O'Neill, 2014) on 32-bit words held in
 int64 tensors (every product stays below 2**63), chained over the fields; two
@@ -60,7 +61,7 @@ def gumbel(keys: Tensor, positions: Tensor, ids: Tensor) -> Tensor:
     ``positions`` (B, N) of the rows with :func:`sentence_keys` ``keys`` (B,)."""
     hashed = _fold(keys.view(-1, 1), positions).unsqueeze(-1)  # (B, N, 1)
     uniform = (_unit(hashed, ids).double() + 0.5) / 2 ** 53
-    return -torch.log(-torch.log(uniform))
+    return _gumbel_of(uniform)
 
 
 def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -69,4 +70,12 @@ def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     or one position for all: an integer)."""
     hashed = _fold(np.int64(key), positions.astype(np.int64))
     uniform = (_unit(hashed, ids.astype(np.int64)).astype(np.float64) + 0.5) / 2 ** 53
-    return -np.log(-np.log(uniform))
+    return _gumbel_of(torch.from_numpy(np.ascontiguousarray(uniform))).numpy()
+
+
+def _gumbel_of(uniform: Tensor) -> Tensor:
+    """``-log(-log(u))``, torch's logs for both forms: numpy's vectorised float64
+    log rounds ~0.3% of values differently in the last bit on some processors
+    (AVX-512 on an AMD EPYC Zen 4), and the host form must draw what the
+    batched form draws."""
+    return -torch.log(-torch.log(uniform))
