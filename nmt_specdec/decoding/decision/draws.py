@@ -74,8 +74,7 @@ def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def _gumbel_of(uniform: Tensor) -> Tensor:
-    """``-log(-log(u))``, torch's logs for both forms: numpy's vectorised float64
-    log rounds ~0.3% of values differently in the last bit on some processors
-    (AVX-512 on an AMD EPYC Zen 4), and the host form must draw what the
-    batched form draws."""
+    """``-log(-log(u))`` with torch's logs for both forms: numpy's vectorised
+    float64 log may round differently from torch's in the last bit on some
+    processors, and the host form must draw what the batched form draws."""
     return -torch.log(-torch.log(uniform))
