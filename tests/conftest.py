@@ -6,10 +6,12 @@ that needs a real fairseq checkpoint, which keeps ``make test`` fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # `tests.helpers`, `benchmarks` and the packages, uninstalled
@@ -17,6 +19,19 @@ if str(REPO_ROOT) not in sys.path:  # `tests.helpers`, `benchmarks` and the pack
 
 from tests.helpers.fairseq_toy import binarize, make_toy_data, train_tiny  # noqa: E402
 from tests.helpers.specdec_toy import SpecDecToy, train_specdec_toy  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One thread per test process where pytest-xdist runs several workers (one
+    per core, `make test`): each worker's torch and ONNX Runtime calls, and the
+    command-line tools the tests start, would otherwise spin threads on every
+    core at once and wait on each other. An ``OMP_NUM_THREADS`` set by the user
+    is kept."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 \
+            and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
 
 # --eval-bleu makes fairseq keep numpy arrays among the saved meters, so the
 # shared checkpoint exercises every entry of the checkpoint allowlist.
