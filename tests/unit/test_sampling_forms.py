@@ -4,7 +4,8 @@ standard Gumbel that depends on what it decides alone.
 - :meth:`SamplingRule.perturbed` (B rows, tensors) and
   :meth:`SamplingRule.perturbed_host` (one row, numpy) give the same float64
   scores and the same ``-inf`` cells, for top-k (with ties at the k-th),
-  top-p and the whole vocabulary;
+  top-p and the whole vocabulary, and the same top-p set where tokens tie at
+  its edge;
 - :func:`gumbel` and :func:`gumbel_host` give the same bits; the noise does not
   depend on the other rows, positions or tokens asked for with it, and its
   moments are a standard Gumbel's.
@@ -50,6 +51,25 @@ def test_the_host_form_perturbs_as_the_tensor_form(rule):
         assert inside[0, 0] == 4 and (inside.view(-1)[1:] == 3).all()  # the tie is inside
     else:
         assert (inside == VOCAB - 1).all()  # all but the constrained token
+
+
+@pytest.mark.parametrize("topp", [0.3, 0.6, 0.9])
+def test_the_two_forms_cut_the_same_nucleus_at_ties(topp):
+    # Logits on a coarse grid: many tokens tie, the nucleus's last one among them.
+    generator = torch.Generator().manual_seed(int(topp * 10))
+    logits = (torch.randn(200, 1000, generator=generator) * 4).round() / 2
+    lprobs = torch.log_softmax(logits, -1)
+    rule = SamplingRule(topp=topp)
+    rows, ids = rule.inside_host(lprobs.numpy())
+    host = np.zeros(lprobs.shape, dtype=bool)
+    host[rows, ids] = True
+    inside = rule.support(lprobs).numpy()
+    assert np.array_equal(host, inside), np.nonzero(host != inside)[0][:5]
+    # Some nucleus ends inside a tie, so the order among tied tokens matters here.
+    ranked = lprobs.sort(-1, descending=True).values
+    last = torch.from_numpy(inside).sum(-1) - 1
+    split = ranked.gather(-1, last[:, None]) == ranked.gather(-1, last[:, None] + 1)
+    assert split.sum() >= 10
 
 
 def test_the_noise_depends_on_its_row_position_and_token_alone():

@@ -98,8 +98,8 @@ class SamplingRule(NamedTuple):
         host: ``(positions, ids)`` of every token inside, increasing."""
         if self.topp > 0:
             inside = np.zeros(lprobs.shape, dtype=bool)
-            for row, scores in enumerate(lprobs):
-                probs = np.exp(scores.astype(np.float64))
+            # torch's exp, as in support: numpy's may round differently in the last bit.
+            for row, probs in enumerate(torch.tensor(lprobs, dtype=torch.float64).exp().numpy()):
                 order = np.argsort(-probs, kind="stable")
                 kept = np.cumsum(probs[order]) < self.topp
                 kept[min(int(kept.sum()), probs.size - 1)] = True
@@ -145,8 +145,8 @@ def draft_lprobs(draft_logits: Tensor, temperature: float) -> Tensor:
 def _nucleus(probs: Tensor, topp: float) -> Tensor:
     """Whether each token is in fairseq's top-p set of ``probs`` (``_sample_topp``):
     the likeliest tokens up to and including the first whose running sum
-    reaches ``topp``."""
-    ranked, order = probs.sort(dim=-1, descending=True)
+    reaches ``topp``. Tied tokens rank by id (a stable sort), as on the host."""
+    ranked, order = probs.sort(dim=-1, descending=True, stable=True)
     inside = ranked.cumsum(-1) < topp
     last = inside.sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
     inside = inside.scatter(-1, last, True)
