@@ -69,7 +69,7 @@ for call in "${calls[@]}"; do
   carry_into_tree "$carry"
   rm -rf "$EMU/out" && mkdir -p "$EMU/out"
   # A fresh machine, except for a call that follows another on the same warm machine.
-  case $call in head|base2|static|hbase3|basehead) ;; *) rm -rf "$EMU/site" "$EMU/work" ;; esac
+  case $call in head|base2|static|hbase3|basehead|headon) ;; *) rm -rf "$EMU/site" "$EMU/work" ;; esac
   start=$SECONDS
   set +e
   (cd "$EMU/tree" && PATH=$EMU_VENV/bin:$PATH OUT=$EMU/out TINY=1 WORK=$EMU/work TINY_DEADLINE_S=${TINY_DEADLINE_S:-1800} \
