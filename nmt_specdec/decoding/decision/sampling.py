@@ -96,15 +96,9 @@ class SamplingRule(NamedTuple):
     def inside_host(self, lprobs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """:meth:`support` of one row's (N, V) float32 log-probabilities on the
         host: ``(positions, ids)`` of every token inside, increasing."""
-        if self.topp > 0:
-            inside = np.zeros(lprobs.shape, dtype=bool)
-            # torch's exp, as in support: numpy's may round differently in the last bit.
-            for row, probs in enumerate(torch.tensor(lprobs, dtype=torch.float64).exp().numpy()):
-                order = np.argsort(-probs, kind="stable")
-                kept = np.cumsum(probs[order]) < self.topp
-                kept[min(int(kept.sum()), probs.size - 1)] = True
-                inside[row, order[kept]] = True
-            return np.nonzero(inside)
+        if self.topp > 0:  # support's own cut, on a CPU copy: the same bits on the host
+            probs = torch.tensor(lprobs, dtype=torch.float64).exp()
+            return np.nonzero(_nucleus(probs, self.topp).numpy())
         vocab = lprobs.shape[1]
         if 0 < self.topk < vocab:
             kth = np.partition(lprobs, vocab - self.topk, axis=1)[:, vocab - self.topk]
@@ -145,7 +139,7 @@ def draft_lprobs(draft_logits: Tensor, temperature: float) -> Tensor:
 def _nucleus(probs: Tensor, topp: float) -> Tensor:
     """Whether each token is in fairseq's top-p set of ``probs`` (``_sample_topp``):
     the likeliest tokens up to and including the first whose running sum
-    reaches ``topp``. Tied tokens rank by id (a stable sort), as on the host."""
+    reaches ``topp``; tied tokens rank by id (a stable sort), so any batch cuts alike."""
     ranked, order = probs.sort(dim=-1, descending=True, stable=True)
     inside = ranked.cumsum(-1) < topp
     last = inside.sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
