@@ -313,32 +313,40 @@ def train(reader: Reader, data: List[dict], valid: List[dict], args) -> List[tup
     return marks
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+MARK_HEADER = (f"{'variant':8} {'updates':>7} {'s':>5}  first-pass slot accuracy   "
+               "refined slot accuracy   refined slot 1 after a miss")
+
+
+def mark_row(kind: str, update: int, seconds: float, acc, after: float) -> str:
+    """One row under ``MARK_HEADER``: a variant's slot accuracies at one mark."""
+    return (f"{kind:8} {update:7d} {seconds:5.0f}  {' '.join(f'{a:.3f}' for a in acc[0])}   "
+            f"{' '.join(f'{a:.3f}' for a in acc[1])}   {after:.3f}")
+
+
+def add_training_args(p: argparse.ArgumentParser, updates: int, eval_every: int,
+                      lr: float) -> None:
+    """The data, batch and schedule options every head-training probe shares."""
+    p.add_argument("--model-dir", type=Path, default=Path("models/gettext-de-en-base"))
+    p.add_argument("--raw", type=Path, required=True, help="raw/ of nmt-specdec-prepare-gettext")
+    p.add_argument("--train-sentences", type=int, default=30000)
+    p.add_argument("--valid-sentences", type=int, default=600)
+    p.add_argument("--updates", type=int, default=updates)
+    p.add_argument("--eval-every", type=int, default=eval_every)
+    p.add_argument("--batch-sentences", type=int, default=48)
+    p.add_argument("--cuts", type=int, default=4)
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--threads", type=int, default=2)
+
+
+def load_cached(args: argparse.Namespace):
+    """``(model, train items, valid items, bos, pad)``: the model in eval mode and
+    the verifier's states cached for the sentences asked for; prints the setup."""
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model)
     from sampling_speed import load
 
     from nmt_specdec.evaluation.machine import cpu_model
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", type=Path, default=Path("models/gettext-de-en-base"))
-    p.add_argument("--raw", type=Path, required=True, help="raw/ of nmt-specdec-prepare-gettext")
-    p.add_argument("--variants", nargs="+", default=["control", "history", "fused"],
-                   choices=["control", "history", "fused", "fused-only", "after-miss"])
-    p.add_argument("--miss-share", type=float, default=0.5,
-                   help="after-miss: the share of cuts drawn where the head's draft missed")
-    p.add_argument("--save-heads", type=Path, default=None,
-                   help="writes each variant's head file here (VARIANT.pt)")
-    p.add_argument("--train-sentences", type=int, default=30000)
-    p.add_argument("--valid-sentences", type=int, default=600)
-    p.add_argument("--updates", type=int, default=1200)
-    p.add_argument("--eval-every", type=int, default=300)
-    p.add_argument("--batch-sentences", type=int, default=48)
-    p.add_argument("--cuts", type=int, default=4)
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--window", type=int, default=4, help="earlier anchors the history reads")
-    p.add_argument("--lr", type=float, default=2e-4)
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     task, model, spm = load(args.model_dir)
@@ -351,6 +359,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{args.model_dir}: {len(data)} train / {len(valid)} valid sentences, "
           f"{args.batch_sentences} sentences x {args.cuts} cuts an update, lr {args.lr}, "
           f"K={args.k}, {cpu_model()}, {args.threads} threads")
+    return model, data, valid, bos, pad
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", nargs="+", default=["control", "history", "fused"],
+                   choices=["control", "history", "fused", "fused-only", "after-miss"])
+    p.add_argument("--miss-share", type=float, default=0.5,
+                   help="after-miss: the share of cuts drawn where the head's draft missed")
+    p.add_argument("--save-heads", type=Path, default=None,
+                   help="writes each variant's head file here (VARIANT.pt)")
+    p.add_argument("--window", type=int, default=4, help="earlier anchors the history reads")
+    add_training_args(p, updates=1200, eval_every=300, lr=2e-4)
+    args = p.parse_args(argv)
+    model, data, valid, bos, pad = load_cached(args)
     start_weights = {n: t.clone() for n, t in model.draft_head.state_dict().items()}
     marker = Reader(model.draft_head, "control", args.window, args.k, bos, pad)
     share = mark_misses(marker, valid)
@@ -358,15 +381,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"cuts after a miss of the shipped head's slot 1: {mark_misses(marker, data):.3f} "
               f"of train's, {share:.3f} of valid's; after-miss draws {args.miss_share} of its cuts "
               "there")
-    print(f"{'variant':8} {'updates':>7} {'s':>5}  first-pass slot accuracy   refined slot accuracy"
-          "   refined slot 1 after a miss")
+    print(MARK_HEADER)
     for kind in args.variants:
         model.draft_head.load_state_dict(start_weights)
         reader = Reader(model.draft_head, kind, args.window, args.k, bos, pad)
-        for update, seconds, acc, after in train(reader, data, valid, args):
-            print(f"{kind:8} {update:7d} {seconds:5.0f}  "
-                  f"{' '.join(f'{a:.3f}' for a in acc[0])}   "
-                  f"{' '.join(f'{a:.3f}' for a in acc[1])}   {after:.3f}", flush=True)
+        for marks in train(reader, data, valid, args):
+            print(mark_row(kind, *marks), flush=True)
         if args.save_heads is not None and reader.low is None and kind != "history":
             from nmt_specdec.model.head_file import write_head_file
 

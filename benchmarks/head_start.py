@@ -38,7 +38,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from head_reads import Reader, cache, mark_misses, read_pairs, train  # noqa: E402
+from head_reads import (  # noqa: E402
+    MARK_HEADER, Reader, add_training_args, load_cached, mark_misses, mark_row, train)
 
 from nmt_specdec.model.draft_head import DraftHead  # noqa: E402
 
@@ -68,55 +69,25 @@ def copy_verifier_top(head: DraftHead) -> DraftHead:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import fairseq_plugins  # noqa: F401  (the SpecDec task and model)
-    from sampling_speed import load
-
-    from nmt_specdec.evaluation.machine import cpu_model
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", type=Path, default=Path("models/gettext-de-en-base"))
-    p.add_argument("--raw", type=Path, required=True, help="raw/ of nmt-specdec-prepare-gettext")
     p.add_argument("--variants", nargs="+", default=["shipped", "random", "copy"],
                    choices=["shipped", "random", "copy"])
-    p.add_argument("--train-sentences", type=int, default=30000)
-    p.add_argument("--valid-sentences", type=int, default=600)
-    p.add_argument("--updates", type=int, default=3000)
-    p.add_argument("--eval-every", type=int, default=500)
-    p.add_argument("--batch-sentences", type=int, default=48)
-    p.add_argument("--cuts", type=int, default=4)
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--threads", type=int, default=2)
+    add_training_args(p, updates=3000, eval_every=500, lr=1e-3)
     args = p.parse_args(argv)
     args.miss_share, args.window = 0.0, 0  # head_reads' training options these variants leave off
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    task, model, spm = load(args.model_dir)
-    model.eval()
-    dicts = (task.source_dictionary, task.target_dictionary)
-    bos, pad = dicts[1].eos(), dicts[1].pad()  # fairseq starts decoding with EOS
-    data = cache(model, read_pairs(args.raw, "train", args.train_sentences, spm, dicts), bos, pad)
-    valid = cache(model, read_pairs(args.raw, "valid", args.valid_sentences, spm, dicts),
-                  bos, pad)
-    print(f"{args.model_dir}: {len(data)} train / {len(valid)} valid sentences, "
-          f"{args.batch_sentences} sentences x {args.cuts} cuts an update, lr {args.lr}, "
-          f"K={args.k}, {cpu_model()}, {args.threads} threads")
+    model, data, valid, bos, pad = load_cached(args)
     shipped = model.draft_head
     mark_misses(Reader(shipped, "control", 0, args.k, bos, pad), valid)
-    print(f"{'variant':8} {'updates':>7} {'s':>5}  first-pass slot accuracy   refined slot accuracy"
-          "   refined slot 1 after a miss")
+    print(MARK_HEADER)
     for kind in args.variants:
         torch.manual_seed(1)  # the same new weights wherever a variant starts from them
         head = {"shipped": lambda: shipped, "random": lambda: new_head(shipped),
                 "copy": lambda: copy_verifier_top(new_head(shipped))}[kind]()
         updates = 0 if kind == "shipped" else args.updates
         reader = Reader(head, "control", 0, args.k, bos, pad)
-        for update, seconds, acc, after in train(reader, data, valid,
-                                                 argparse.Namespace(**{**vars(args),
-                                                                       "updates": updates})):
-            print(f"{kind:8} {update:7d} {seconds:5.0f}  "
-                  f"{' '.join(f'{a:.3f}' for a in acc[0])}   "
-                  f"{' '.join(f'{a:.3f}' for a in acc[1])}   {after:.3f}", flush=True)
+        for marks in train(reader, data, valid,
+                           argparse.Namespace(**{**vars(args), "updates": updates})):
+            print(mark_row(kind, *marks), flush=True)
     return 0
 
 
