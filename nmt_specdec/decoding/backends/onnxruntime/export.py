@@ -75,6 +75,7 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
 
     digest = weights_sha256(model)
     refine_steps, shortlist = _refine(model, refine_steps)
+    draft_vocab = _draft_vocab(model)
     # The integer products' weights: 8 bits where the CPU adds their products in
     # 32 bits (VNNI), else 7 (see quantize.weight_limit). In the name, so that a
     # cache shared between machines keeps both.
@@ -83,7 +84,8 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                + ("-certified" if certified else "")
                + ("-w7" if bits == 7 and (int8 or certified) else "")
                + ("-int8draft" if int8_draft else "")
-               + (f"-refine{refine_steps}x{shortlist}" if refine_steps else ""))
+               + (f"-refine{refine_steps}x{shortlist}" if refine_steps else "")
+               + (f"-vocab{draft_vocab}" if draft_vocab else ""))
     # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
@@ -91,8 +93,8 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                 "certified": certified, "weight_bits": bits, "pad": pad, "eos": eos,
                 "draft_head": hasattr(model, "draft_head"),
                 "draft_weights": [DRAFT_BITS, DRAFT_BLOCK],
-                # Unrolled into the draft graph, and not a weight.
-                "refine": [refine_steps, shortlist]}
+                # Unrolled into the draft graph, and not weights.
+                "refine": [refine_steps, shortlist], "draft_vocab": draft_vocab}
     return variant, identity
 
 
@@ -192,6 +194,14 @@ def _refine(model: nn.Module, asked: Optional[int]) -> tuple:
     head = getattr(model, "draft_head", None)
     steps = 0 if head is None else refine_steps_of(head, asked)
     return (steps, head.refine_shortlist) if steps else (0, 0)
+
+
+def _draft_vocab(model: nn.Module) -> int:
+    """The ids the head drafts from (0: no head). A tied head reads its rows of
+    the verifier's output projection, so two heads that differ only in their
+    draft vocabulary have the same weights: the size must name the variant."""
+    head = getattr(model, "draft_head", None)
+    return 0 if head is None else head.vocab_size
 
 
 def _other_exporter(directory: Path, identity: Dict) -> bool:
