@@ -104,18 +104,20 @@ def interleaved_seconds(task, runs: Dict[str, object], rounds: int) -> Dict[str,
     that every run meets the same moments of the machine: on a shared machine whole
     passes drift by 5-10% from one to the next, several times the margins measured.
     Auto's policy is reset before each round and carries over from batch to batch
-    as in a pass of its own; its statistics are the last round's."""
+    as in a pass of its own; its statistics are the last round's (a set of runs
+    without auto: fixed ones only)."""
     from nmt_specdec.decoding.stats import SpecDecStats
 
     names = list(runs)
     seconds: Dict[str, List[float]] = {name: [] for name in names}
     for _ in range(rounds):
-        runs["auto"].generator.reset_k_policy()
-        runs["auto"].generator.stats = SpecDecStats()
+        if "auto" in runs:
+            runs["auto"].generator.reset_k_policy()
+            runs["auto"].generator.stats = SpecDecStats()
         totals = dict.fromkeys(names, 0.0)
         gc.collect()
         gc.disable()
-        for index in range(len(runs["auto"].batches)):
+        for index in range(len(runs[names[0]].batches)):
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
                 start = time.perf_counter()
