@@ -99,24 +99,41 @@ def attach_head_file(model: nn.Module, path: Path) -> None:
     model.draft_block_size = shape["block_size"]
 
 
-def set_head_refine_steps(path: Path, steps: int, out: Path) -> Dict[str, object]:
-    """Writes the head file at ``path`` to ``out`` with ``steps`` as how often
-    decoding runs its refinement by default (``--spec-refine-steps`` still
-    overrides it): the same weights and fingerprints, another default. Returns
+def set_head_defaults(path: Path, out: Path, refine_steps: Optional[int] = None,
+                      draft_vocab_size: Optional[int] = None) -> Dict[str, object]:
+    """Writes the head file at ``path`` to ``out`` with other decoding defaults:
+    how often decoding runs its refinement (``--spec-refine-steps`` still
+    overrides it) and how many of the first ids it drafts from (0: every id).
+    The same weights and fingerprints; None leaves a default as it is. Returns
     the new shape.
 
+    The draft vocabulary is a setting only for a head tied to the verifier's
+    output projection: it drafts from that projection's first rows, so any
+    number of them takes the same weights (an untied head has its own rows).
+
     Raises:
-        CheckpointError: not a head file, a head without refinement layers, or
-            ``steps`` < 1 (one line).
+        CheckpointError: not a head file, refinement runs for a head without
+            refinement layers or < 1, a draft vocabulary for an untied head or
+            < 0 (one line).
     """
     content = _read(path)
-    if not content["shape"]["refine_layers"]:
-        raise CheckpointError(f"{path}: this head has no refinement layers")
-    if steps < 1:
-        raise CheckpointError(f"--refine-steps must be >= 1, got {steps}")
-    content["shape"] = dict(content["shape"], refine_steps=steps)
+    shape = dict(content["shape"])
+    if refine_steps is not None:
+        if not shape["refine_layers"]:
+            raise CheckpointError(f"{path}: this head has no refinement layers")
+        if refine_steps < 1:
+            raise CheckpointError(f"--refine-steps must be >= 1, got {refine_steps}")
+        shape["refine_steps"] = refine_steps
+    if draft_vocab_size is not None:
+        if shape["untie_output"]:
+            raise CheckpointError(f"{path}: this head has an output projection of its own; "
+                                  "its draft vocabulary is its weights' size")
+        if draft_vocab_size < 0:
+            raise CheckpointError(f"--draft-vocab-size must be >= 0, got {draft_vocab_size}")
+        shape["vocab_size"] = draft_vocab_size
+    content["shape"] = shape
     _save(content, out)
-    return content["shape"]
+    return shape
 
 
 def head_file_weights(model: nn.Module, path: Path, flag: str

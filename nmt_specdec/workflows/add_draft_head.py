@@ -97,11 +97,12 @@ class AddHeadConfig:
     data: Path
     out: Path
     # Defaults: the settings that won on the gettext verifier (README "Draft
-    # heads"): K=4, one layer, 4,000 draft ids, lr 2e-3, one refinement layer
-    # run once (K=2 decoding: slot 2 reads slot 1's draft).
+    # heads"): K=4, one layer, every id a draft (a cut vocabulary can never draft
+    # the tokens beyond it: docs/results.md, "The draft vocabulary"), lr 2e-3,
+    # one refinement layer run once (K=2 decoding: slot 2 reads slot 1's draft).
     k: int = 4
     layers: int = 1
-    vocab_size: int = 4000
+    vocab_size: int = 0
     refine_layers: int = 1
     refine_steps: int = 1
     init_head: Path | None = None

@@ -13,7 +13,7 @@ import torch
 from nmt_specdec.errors import CheckpointError
 from nmt_specdec.model.head_file import (
     attach_head_file,
-    set_head_refine_steps,
+    set_head_defaults,
     verifier_fingerprints,
     write_head_file,
 )
@@ -116,15 +116,15 @@ def test_every_unusable_file_is_one_line(joint, tmp_path, breakage):
 
 
 def test_a_head_files_default_refinement_count_is_rewritten_alone(joint, tmp_path):
-    """scripts/set_head_refine_steps.py: the same weights and verifier, another
-    default number of refinement runs; a head without refinement layers, or
-    fewer than one run, is refused in one line."""
-    import scripts.set_head_refine_steps as script
+    """scripts/set_head_defaults.py --refine-steps: the same weights and verifier,
+    another default number of refinement runs; a head without refinement layers,
+    or fewer than one run, is refused in one line."""
+    import scripts.set_head_defaults as script
 
     _, model = random_specdec_model(tmp_path, extra_args=(
         "--share-all-embeddings", "--draft-refine-layers", "1", "--draft-refine-steps", "2"))
     path = write_head_file(model, tmp_path / "head.pt")
-    assert script.main([str(path), "1", "--out", str(tmp_path / "once.pt")]) == 0
+    assert script.main([str(path), "--refine-steps", "1", "--out", str(tmp_path / "once.pt")]) == 0
     before = torch.load(path, weights_only=True)
     after = torch.load(tmp_path / "once.pt", weights_only=True)
     assert (before["shape"]["refine_steps"], after["shape"]["refine_steps"]) == (2, 1)
@@ -137,6 +137,37 @@ def test_a_head_files_default_refinement_count_is_rewritten_alone(joint, tmp_pat
     plain = write_head_file(joint[1], tmp_path / "plain.pt")
     for head, steps in ((plain, "1"), (path, "0")):
         with pytest.raises(CheckpointError) as error:
-            set_head_refine_steps(head, int(steps), tmp_path / "x.pt")
+            set_head_defaults(head, tmp_path / "x.pt", refine_steps=int(steps))
         assert "\n" not in str(error.value)
-        assert script.main([str(head), steps]) == 1
+        assert script.main([str(head), "--refine-steps", steps]) == 1
+    assert script.main([str(path)]) == 1  # nothing to set
+
+
+def test_a_tied_heads_draft_vocabulary_is_rewritten_alone(tmp_path):
+    """scripts/set_head_defaults.py --draft-vocab-size: a tied head drafts from as
+    many of the verifier's output rows as its file says (0: every id), with the
+    same weights; an untied head, whose projection is its own, is refused."""
+    import scripts.set_head_defaults as script
+
+    _, model = random_specdec_model(tmp_path, extra_args=(
+        "--share-all-embeddings", "--draft-vocab-size", "12"))
+    full = model.decoder.output_projection.out_features
+    path = write_head_file(model, tmp_path / "head.pt")
+    assert script.main([str(path), "--draft-vocab-size", "0", "--out",
+                        str(tmp_path / "all.pt")]) == 0
+    before = torch.load(path, weights_only=True)
+    after = torch.load(tmp_path / "all.pt", weights_only=True)
+    assert (before["shape"]["vocab_size"], after["shape"]["vocab_size"]) == (12, 0)
+    assert all(torch.equal(after["weights"][name], weight)
+               for name, weight in before["weights"].items())
+    stock = _stock(tmp_path, model)
+    attach_head_file(stock, tmp_path / "all.pt")
+    assert stock.draft_head.vocab_size == full
+    assert stock.draft_head.output_weight().shape[0] == full
+    _, untied = random_specdec_model(tmp_path / "untied", extra_args=(
+        "--share-all-embeddings", "--untie-draft-output", "--draft-vocab-size", "12"))
+    own = write_head_file(untied, tmp_path / "own.pt")
+    with pytest.raises(CheckpointError) as error:
+        set_head_defaults(own, tmp_path / "x.pt", draft_vocab_size=0)
+    assert "\n" not in str(error.value)
+    assert script.main([str(path), "--draft-vocab-size", "-1"]) == 1
