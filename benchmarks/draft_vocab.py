@@ -62,18 +62,11 @@ def with_draft_vocab(model, size: int):
     return other
 
 
-def tokens(hypotheses) -> Dict[int, List[int]]:
-    """Sentence id -> its best output's tokens, from a pass's hypotheses."""
-    out = {}
-    for batch, found in hypotheses:
-        for sentence, best in zip(batch["id"].tolist(), found):
-            out[sentence] = best[0]["tokens"].tolist()
-    return out
-
-
 def format_row(name: str, run, greedy_out, seconds: Dict[str, List[float]], first: str) -> str:
+    from nmt_specdec.evaluation.metrics import count_differences
+
     stats = run.generator.stats
-    same = sum(run.outputs[i] == greedy_out[i] for i in greedy_out)
+    same = len(greedy_out) - count_differences(run.outputs, greedy_out)
     row = seconds[name]
     low, mid, high = quartiles([g / s for g, s in zip(seconds["greedy"], row)])
     against = quartiles([f / s for f, s in zip(seconds[first], row)])
@@ -111,8 +104,7 @@ def measure(cfg, args) -> None:
                 generator = loading.build_generator(task, models[size], spec, cfg)
                 runs[f"{label}|{shown}|{k}"] = runner.Run(spec, 1, generator, models[size], batches)
         for run in runs.values():  # the first pass: warm-up, outputs and statistics
-            run.outputs = tokens(zip((b.sample for b in batches),
-                                     runner.decode_pass(task, run, device).hypotheses))
+            runner.record_outputs(run, runner.decode_pass(task, run, device).hypotheses)
         seconds = interleaved_seconds(task, runs, args.rounds)
         names = [name for name in runs if name != "greedy"]
         for name in names:

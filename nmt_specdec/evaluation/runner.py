@@ -190,10 +190,11 @@ def measure(
             peak = torch.cuda.max_memory_allocated(device)
             run.cuda_peak_bytes = max(peak, run.cuda_peak_bytes or 0)
         if repeat == 0:
-            _record_outputs(run, timed.hypotheses)
+            record_outputs(run, timed.hypotheses)
 
 
-def _record_outputs(run: Run, hypotheses: List[List[List[dict]]]) -> None:
+def record_outputs(run: Run, hypotheses: List[List[List[dict]]]) -> None:
+    """Keeps a pass's best outputs by sentence, their token count and the statistics."""
     for batch, nbest_lists in zip(run.batches, hypotheses):
         for sentence, nbest in zip(batch.ids, nbest_lists):
             run.outputs[sentence] = nbest[0]["tokens"].tolist()
