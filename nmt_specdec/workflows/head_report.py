@@ -55,7 +55,7 @@ def _batches(dataset, count: int, size: int):
         yield dataset.collater([dataset[i] for i in range(start, min(start + size, count))])
 
 
-def _decode_all(generator, model, dataset, count: int, batch_size: int) -> List[List[int]]:
+def decode_in_order(generator, model, dataset, count: int, batch_size: int) -> List[List[int]]:
     """Output tokens of the first ``count`` sentences, in dataset order."""
     outputs = []
     for batch in _batches(dataset, count, batch_size):
@@ -104,12 +104,12 @@ def acceptance_report(checkpoint: Path, data: Path, split: str, ks: List[int],
     rules = LengthRules(max_len_a=1.2, max_len_b=10, max_positions=model.max_decoder_positions())
     stock = SequenceGenerator([model], task.target_dictionary, beam_size=1,
                               max_len_a=rules.max_len_a, max_len_b=rules.max_len_b)
-    greedy = _decode_all(stock, model, dataset, count, batch_size)
+    greedy = decode_in_order(stock, model, dataset, count, batch_size)
     rows = []
     for k in [0] + [k for k in ks if k > 0]:
         options = DecodingOptions(k=k, refine_steps=refine_steps)
         generator = SpecDecGenerator(model, task.target_dictionary, options, rules)
-        tokens = _decode_all(generator, model, dataset, count, batch_size)
+        tokens = decode_in_order(generator, model, dataset, count, batch_size)
         stats = generator.stats
         lengths = [len(t) for t in greedy]  # fairseq's tokens end with EOS
         rows.append({"k": k, "tokens_per_iteration": round(stats.mean_accepted_tokens, 3),
