@@ -5,7 +5,8 @@ Decodes the first ``--sentences`` lines of ``--src-file`` (batch 1, or
 ``--sampling --sampling-topk K`` in each of: stock fairseq (``SequenceGenerator``),
 CTranslate2 (fp32, its ``sampling_topk``), and on each of ``--backends`` the
 engine at K=0 (its own sampling) and SpecDec sampling at each ``--ks`` (drafts
-from the draft head's distribution), beside greedy rows (stock, the engine's K=0
+from the draft head's distribution; with ``--drafters verifier-int8`` also from
+the verifier's 8-bit copy's, on ONNX Runtime), beside greedy rows (stock, the engine's K=0
 and CTranslate2), interleaved over ``--repeats`` passes. Prints tokens per
 second, the ratios (greedy rows against stock greedy), tokens per iteration and
 acceptance per slot. Then it samples one sentence ``--repeat-one`` times with
@@ -27,7 +28,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -78,12 +79,14 @@ def ct2_rows(task, model, model_dir: Path, settings: dict, topk: int, threads: i
 
 
 def generators(task, model, args, ks: List[int], backends: List[str],
-               candidates: int = 1, fp32_projection: bool = False) -> Dict[str, object]:
+               candidates: int = 1, fp32_projection: bool = False,
+               drafters: Sequence[str] = ()) -> Dict[str, object]:
     """Stock sampling first (the table's baseline), then greedy on stock and the
     engine, then the engine's sampling at K=0 and SpecDec sampling per backend
     (with ``candidates`` above 1, trees of that width too; with
     ``fp32_projection``, ONNX Runtime's rows again with ``--exact-scores``: the
-    all-fp32 output projection instead of the certified 8-bit one)."""
+    all-fp32 output projection instead of the certified 8-bit one; ``drafters``:
+    ONNX Runtime's SpecDec rows again with each of these ``--spec-drafter``)."""
     from fairseq.dataclass.configs import GenerationConfig
 
     from nmt_specdec.decoding.build import build_decoder, fairseq_generator
@@ -104,6 +107,10 @@ def generators(task, model, args, ks: List[int], backends: List[str],
                 made[f"SpecDec sampling K={k} C={candidates} {backend}"] = build_decoder(
                     model, task.target_dictionary,
                     DecodingOptions(True, k=k, backend=backend, candidates=candidates), args)
+            for drafter in drafters if k and backend == "onnxruntime" else ():
+                made[f"SpecDec sampling K={k} drafter={drafter} {backend}"] = build_decoder(
+                    model, task.target_dictionary,
+                    DecodingOptions(True, k=k, backend=backend, drafter=drafter), args)
             if fp32_projection and backend == "onnxruntime":
                 made[f"{name.split()[0]} sampling K={k} fp32-projection {backend}"] = (
                     build_decoder(model, task.target_dictionary,
@@ -157,14 +164,14 @@ def print_speed(rows: List[dict]) -> None:
     """The table; ``x stock``: against stock sampling (greedy rows: stock greedy);
     ``x K=0``: against the engine's own sampling on the same backend."""
     speed = {r["row"]: r["tokens_per_s"] for r in rows}
-    print(f"{'row':38} {'tok/s':>7} {'x stock':>8} {'x K=0':>6} {'tok/it':>7}  acceptance by slot")
+    print(f"{'row':56} {'tok/s':>7} {'x stock':>8} {'x K=0':>6} {'tok/it':>7}  acceptance by slot")
     for r in rows:
         engine = speed.get(f"engine sampling K=0 {r['row'].split()[-1]}")
         versus = "" if engine is None else f"{r['tokens_per_s'] / engine:.2f}"
         stock = speed["stock greedy" if "greedy" in r["row"] else "stock sampling"]
         per_it = "" if r["tokens_per_iteration"] is None else f"{r['tokens_per_iteration']:.2f}"
         slots = " ".join(f"{a:.2f}" for a in (r["slot_acceptance"] or []))
-        print(f"{r['row']:38} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / stock:8.2f} "
+        print(f"{r['row']:56} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / stock:8.2f} "
               f"{versus:>6} {per_it:>7}  {slots}")
 
 
@@ -209,6 +216,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 rows")
     p.add_argument("--fp32-projection", action="store_true",
                    help="ONNX Runtime's sampling rows also with the all-fp32 output projection")
+    p.add_argument("--drafters", nargs="*", default=[], choices=["verifier-int8"],
+                   help="ONNX Runtime's SpecDec rows also with these --spec-drafter")
     p.add_argument("--ct2-dir", default="work/sampling_speed_ct2",
                    help="where the verifier is converted for CTranslate2")
     args = p.parse_args(argv)
@@ -217,7 +226,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     task, model, spm = load(Path(args.model_dir))
     settings = ShippedModel.at(Path(args.model_dir)).settings
     made = generators(task, model, generation_args(args.topk, settings), args.ks,
-                      args.backends, args.candidates, args.fp32_projection)
+                      args.backends, args.candidates, args.fp32_projection, args.drafters)
     if not args.no_ct2:
         made.update(ct2_rows(task, model, Path(args.model_dir), settings, args.topk,
                              args.threads, Path(args.ct2_dir)))

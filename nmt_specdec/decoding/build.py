@@ -178,9 +178,6 @@ def check_sampling(options: DecodingOptions) -> None:
     if options.beta != 1 or options.tau != 0:
         raise UserError("--spec-beta/--spec-tau relax greedy verification; --sampling "
                         "keeps exactly the sampled tokens: drop them")
-    if options.drafter != "head":
-        raise UserError(f"--sampling drafts from the draft head's distribution; --spec-drafter "
-                        f"{options.drafter} gives tokens only")
     if options.fused_draft:
         raise UserError("--fused-draft drafts the head's greedy tokens inside the verify call; "
                         "--sampling draws them from its distribution: drop --fused-draft")

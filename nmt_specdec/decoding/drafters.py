@@ -16,6 +16,10 @@ from torch import Tensor
 from nmt_specdec.errors import UserError
 
 
+# A chain drafter's choice of slot i's draft: (B, V) logits, i -> (B,) tokens.
+Choice = Callable[[Tensor, int], Tensor]
+
+
 class DraftRequest(NamedTuple):
     """What a drafter may look at.
 
@@ -79,6 +83,17 @@ class GivesDistribution(Drafter):
         raise NotImplementedError
 
 
+class DraftsByChoice(Drafter):
+    """Ability: drafts slot after slot, each by a choice the loop gives from the
+    slot's own distribution (a chain drafter under ``--sampling``: each slot's
+    perturbed argmax, the next slot drafted after that token)."""
+
+    def propose_chosen(self, request: DraftRequest, choose: Choice) -> Tensor:
+        """Returns (B, K) long drafts: slot i's is ``choose(logits, i)`` of the
+        (B, V) logits the drafter gives slot i after the drafts before it."""
+        raise NotImplementedError
+
+
 class PinsState(Drafter):
     """Ability: a per-batch state that the static loop's captured turns read."""
 
@@ -95,7 +110,6 @@ def check_abilities(drafter: Drafter, candidates: int, sampling: bool) -> None:
     if candidates > 1 and not isinstance(drafter, ProposesCandidates):
         raise UserError(f"--spec-candidates {candidates}: this drafter ({name}) proposes "
                         "one token per slot")
-    if sampling and not isinstance(drafter, GivesDistribution):
-        raise UserError(f"--sampling with --spec-decoding needs the draft head's "
-                        f"distribution, which this drafter ({name}) does not give: use "
-                        "--spec-drafter head")
+    if sampling and not isinstance(drafter, (GivesDistribution, DraftsByChoice)):
+        raise UserError(f"--sampling with --spec-decoding needs the drafter's distribution, "
+                        f"which this drafter ({name}) does not give: use --spec-drafter head")

@@ -214,12 +214,16 @@ class DecoderSpec:
 
     def _sampling_name(self) -> str:
         """``stock sampling top-10``, ``engine sampling top-10 [onnxruntime]``,
-        ``SpecDec K=2 sampling top-10 [onnxruntime]``."""
+        ``SpecDec K=2 sampling top-10 [onnxruntime]``, ``SpecDec K=2 sampling
+        top-10 drafter=verifier-int8 [onnxruntime]``."""
         how = f"sampling top-{self.sampling_topk}"
         if self.kind == "stock":
             return f"stock {how}"
         runtime = "" if self.backend == "torch" else f" [{self.backend}]"
-        return f"engine {how}{runtime}" if self.k == 0 else f"SpecDec K={self.k} {how}{runtime}"
+        if self.k == 0:
+            return f"engine {how}{runtime}"
+        drafter = "" if self.drafter == "head" else f" drafter={self.drafter}"
+        return f"SpecDec K={self.k} {how}{drafter}{runtime}"
 
     @property
     def role(self) -> str:
@@ -296,7 +300,8 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
 
 def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     """``--sampling-topk``: stock sampling, then per backend the engine's sampling
-    (K=0) and speculative sampling at each K > 0 (fp32, the head drafting)."""
+    (K=0) and speculative sampling at each K > 0 (fp32, the head drafting; on
+    ONNX Runtime with ``--drafters verifier-int8``, the 8-bit copy too)."""
     if not cfg.sampling_topk:
         return []
     topk = cfg.sampling_topk
@@ -307,6 +312,9 @@ def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSp
     for backend in dict.fromkeys(cfg.backends):
         specs += [dataclasses.replace(specdec(k=k, backend=backend), sampling_topk=topk)
                   for k in [0, *dict.fromkeys(ks)]]
+        if backend == "onnxruntime" and "verifier-int8" in cfg.drafters:
+            specs += [dataclasses.replace(specdec(k=k, backend=backend, drafter="verifier-int8"),
+                                          sampling_topk=topk) for k in dict.fromkeys(ks)]
     return specs
 
 

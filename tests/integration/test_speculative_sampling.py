@@ -63,20 +63,21 @@ def repeated(source: dict, first: int, count: int) -> dict:
 
 
 def sampling_generator(model, dictionary, args, k: int, backend: str = "torch",
-                       candidates: int = 1):
+                       candidates: int = 1, drafter: str = "head"):
     """What ``--spec-decoding --sampling`` builds (``args``: fairseq's config;
-    ``candidates``: ``--spec-candidates``, a tree above 1)."""
-    return build_decoder(model, dictionary, DecodingOptions(spec_decoding=True, k=k,
-                                                           backend=backend,
-                                                           candidates=candidates), args)
+    ``candidates``: ``--spec-candidates``, a tree above 1; ``drafter``:
+    ``--spec-drafter``)."""
+    options = DecodingOptions(spec_decoding=True, k=k, backend=backend, candidates=candidates,
+                              drafter=drafter)
+    return build_decoder(model, dictionary, options, args)
 
 
 def specdec_samples(model, dictionary, source, setting, k: int = 2, total: int = SAMPLES,
-                    batch: int = CHUNK, backend: str = "torch",
-                    candidates: int = 1) -> Tuple[Counter, object]:
+                    batch: int = CHUNK, backend: str = "torch", candidates: int = 1,
+                    drafter: str = "head") -> Tuple[Counter, object]:
     """Output frequencies of ``total`` samples of the one sentence."""
     generator = sampling_generator(model, dictionary, generation_args(*setting), k, backend,
-                                   candidates)
+                                   candidates, drafter)
     torch.manual_seed(SEED)
     counts: Counter = Counter()
     for first in range(0, total, batch):
@@ -154,19 +155,23 @@ def chi_square_p(counts: Counter, exact: Dict[tuple, float]) -> float:
     return chisquare(observed, expected).pvalue
 
 
-@pytest.mark.parametrize("name,backend,candidates", [
-    *((name, "torch", 1) for name in sorted(SETTINGS)), ("top-k", "onnxruntime", 1),
-    ("top-k", "torch", 2), ("top-p", "onnxruntime", 2)])
+@pytest.mark.parametrize("name,backend,candidates,drafter", [
+    *((name, "torch", 1, "head") for name in sorted(SETTINGS)),
+    ("top-k", "onnxruntime", 1, "head"), ("top-k", "torch", 2, "head"),
+    ("top-p", "onnxruntime", 2, "head"), ("top-k", "onnxruntime", 1, "verifier-int8"),
+    ("temperature", "onnxruntime", 1, "verifier-int8")])
 def test_samples_follow_fairseqs_sampling_distribution(toy, onnx_cache, name, backend,
-                                                       candidates):
+                                                       candidates, drafter):
     model, dictionary, source = toy
     exact = exact_distribution(model, dictionary, source, SETTINGS[name])
     assert abs(sum(exact.values()) - 1) < 1e-6 and len(exact) > 5
     counts, generator = specdec_samples(model, dictionary, source, SETTINGS[name],
-                                        backend=backend, candidates=candidates)
-    # The random head drafts far from the verifier: both branches decide often.
+                                        backend=backend, candidates=candidates, drafter=drafter)
     rates = generator.stats.slot_acceptance()
-    assert 0.05 < rates[0] < 0.95, rates
+    if drafter == "head":  # the random head drafts far from the verifier: both branches decide
+        assert 0.05 < rates[0] < 0.95, rates
+    else:  # the verifier's 8-bit copy draws nearly the verifier's own sample
+        assert rates[0] > 0.6, rates
     assert chi_square_p(counts, exact) > SIGNIFICANCE
 
 
@@ -206,10 +211,11 @@ def test_the_test_rejects_a_wrong_rule(toy, monkeypatch, where, mistake):
 
 
 def _sampled(model, dictionary, sample, k: int, batch: int, seed: int = SEED,
-             match_source_len: bool = False, backend: str = "torch", candidates: int = 1):
+             match_source_len: bool = False, backend: str = "torch", candidates: int = 1,
+             drafter: str = "head"):
     args = generation_args(10, -1.0, 1.0, 5)
     args.match_source_len = match_source_len
-    generator = sampling_generator(model, dictionary, args, k, backend, candidates)
+    generator = sampling_generator(model, dictionary, args, k, backend, candidates, drafter)
     torch.manual_seed(seed)
     rows = sample["id"].numel()
     outputs = []
@@ -259,6 +265,10 @@ def test_drafting_never_changes_a_sample(toy, onnx_cache, backend, monkeypatch):
         assert _sampled(model, dictionary, sample, 2, batch, backend=backend,
                         candidates=2) == plain
     assert {shape[1:] for shape in trees} == {(2, 2)} and {1, 8} <= {s[0] for s in trees}
+    if backend == "onnxruntime":  # a chain drafter, slot after slot: the verifier's 8-bit copy
+        for batch in (8, 1):
+            assert _sampled(model, dictionary, sample, 2, batch, backend=backend,
+                            drafter="verifier-int8") == plain
 
 
 def test_equal_lines_draw_independently(toy):

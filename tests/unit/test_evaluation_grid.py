@@ -54,6 +54,17 @@ def test_the_sampling_grid_follows_the_backends_and_ks(tmp_path):
     assert not any("sampling" in name for name in names[:-7])
 
 
+def test_the_sampling_grid_drafts_with_the_8bit_copy_where_asked(tmp_path):
+    cfg = _config(tmp_path, "--sampling-topk", "10", "--grid-k", "0", "2", "--backend", "torch",
+                  "onnxruntime", "--drafters", "head", "verifier-int8")
+    validate(cfg)
+    specs = [spec for spec in build_grid(cfg, default_k=4) if spec.sampling_topk]
+    assert [spec.name for spec in specs][-3:] == [
+        "engine sampling top-10 [onnxruntime]", "SpecDec K=2 sampling top-10 [onnxruntime]",
+        "SpecDec K=2 sampling top-10 drafter=verifier-int8 [onnxruntime]"]
+    assert [spec.drafter for spec in specs].count("verifier-int8") == 1
+
+
 def test_a_bad_sampling_topk_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match="--sampling-topk values must be >= 1, got 0"):
         validate(_config(tmp_path, "--sampling-topk", "0"))

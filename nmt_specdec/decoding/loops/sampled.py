@@ -1,7 +1,8 @@
 """Sampling's two steps of a turn, for the batched loop.
 
-Drafting takes each slot's perturbed argmax under the draft head's own
-distribution, and deciding is beta = 1's on the verifier's perturbed scores
+Drafting takes each slot's perturbed argmax under the drafter's own
+distribution (a chain drafter's slot by slot, each after the one before), and
+deciding is beta = 1's on the verifier's perturbed scores
 (:mod:`~..decision.sampling`); the rest of the turn (verify, commit, bookkeep)
 is the batched loop's. The noise is keyed by the row's sentence and output
 position (:mod:`..decision.draws`), so a row samples the same tokens in any
@@ -21,7 +22,7 @@ from torch import Tensor
 from nmt_specdec.decoding.backends.base import Verified
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.draft_tree import flatten_candidates
-from nmt_specdec.decoding.drafters import DraftRequest
+from nmt_specdec.decoding.drafters import DraftRequest, DraftsByChoice
 from nmt_specdec.decoding.loops.steps import LoopParts, Rows, inexact_row
 
 
@@ -33,6 +34,13 @@ def sampled_inputs(parts: LoopParts, request: Optional[DraftRequest], last: Tens
     chain and its leaves (:mod:`..draft_tree`)."""
     if request is None:
         return last
+    if isinstance(parts.drafter, DraftsByChoice):  # a chain: slot after slot
+        def choose(logits: Tensor, slot: int) -> Tensor:
+            lprobs = draft_lprobs(logits.unsqueeze(1), parts.rules.temperature)
+            at = (rows.lengths + slot).unsqueeze(1)
+            return parts.sampling.perturbed(lprobs, rows.keys, at).argmax(-1)[:, 0]
+
+        return torch.cat([last, parts.drafter.propose_chosen(request, choose)], 1)
     lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
     slots = torch.arange(request.num_slots, device=last.device)
     perturbed = parts.sampling.perturbed(lprobs, rows.keys, rows.lengths.unsqueeze(1) + slots)

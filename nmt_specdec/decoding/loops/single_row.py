@@ -49,7 +49,7 @@ from nmt_specdec.decoding.draft_tree import (
     move_leaf_keys,
     tree_layout,
 )
-from nmt_specdec.decoding.drafters import DraftRequest
+from nmt_specdec.decoding.drafters import DraftRequest, DraftsByChoice
 from nmt_specdec.decoding.loops.steps import (
     Batch,
     LoopParts,
@@ -152,10 +152,16 @@ class _HostRow:
     def _sample_drafts(self, parts: LoopParts, request: DraftRequest, k: int,
                        candidates: int) -> np.ndarray:
         """Step 1 under sampling (:mod:`.sampled`'s, on the host): (C, K) each
-        slot's C best perturbed tokens of the head at the output position the
-        slot proposes, the perturbed argmax first."""
-        lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
+        slot's C best perturbed tokens of the drafter at the output position the
+        slot proposes, the perturbed argmax first (a chain drafter: C = 1)."""
         length = len(self.committed)
+        if isinstance(parts.drafter, DraftsByChoice):  # a chain: slot after slot
+            def choose(logits: Tensor, slot: int) -> np.ndarray:
+                lprobs = draft_lprobs(logits, parts.rules.temperature).numpy()
+                return parts.sampling.perturbed_host(lprobs, self.key, [length + slot]).argmax(1)
+
+            return parts.drafter.propose_chosen(request, choose).numpy()
+        lprobs = draft_lprobs(parts.drafter.draft_logits(request), parts.rules.temperature)
         perturbed = parts.sampling.perturbed_host(lprobs[0].numpy(), self.key,
                                                   range(length, length + k))
         if candidates == 1:

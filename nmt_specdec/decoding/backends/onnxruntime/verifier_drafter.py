@@ -11,6 +11,9 @@ small model a drafted token costs about what it saves (docs/results.md,
 "Drafting with the verifier's 8-bit copy"). It needs no draft head, so any
 fairseq transformer can draft with it. The fp32 verifier still decides every
 token, so beta = 1 output is the fp32 greedy output, as with any drafter.
+Under ``--sampling`` it drafts the copy's own sample slot after slot (each
+slot's perturbed argmax, chosen by the loop), which the verifier keeps nearly
+always, where the head's drafts, each from its own guess, are kept far less.
 
 The copy keeps its own self-attention cache and reads the fp32 encoder's keys
 and values (the same source memory the verifier reads; the 8-bit copy has no
@@ -31,12 +34,14 @@ from torch import Tensor
 
 from nmt_specdec.decoding.backends.base import VerifierCalls
 from nmt_specdec.decoding.cache import StaticKVCache
-from nmt_specdec.decoding.drafters import Drafter, DraftRequest
+from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
 
 
-class VerifierDrafter(Drafter):
-    """Greedy drafts, one token a call, from a cheaper copy of the verifier that
-    reads the same encoder output (e.g. its int8 ONNX graph).
+class VerifierDrafter(DraftsByChoice):
+    """Drafts, one token a call, from a cheaper copy of the verifier that reads
+    the same encoder output (e.g. its int8 ONNX graph): its greedy tokens, or
+    under ``--sampling`` each slot's perturbed argmax of the copy's own
+    distribution (:meth:`propose_chosen`).
 
     Args:
         copy: returns the copy's model calls, up to date (called once a batch).
@@ -72,8 +77,13 @@ class VerifierDrafter(Drafter):
             self.fed_from = self.fed_from.index_select(0, rows)
 
     def propose(self, request: DraftRequest) -> Tensor:
+        return self.propose_chosen(request, None)
+
+    def propose_chosen(self, request: DraftRequest, choose: Optional[Choice]) -> Tensor:
+        """(B, K) drafts, slot i's ``choose(logits, i)`` of the copy's (B, V)
+        logits after the drafts before it (None: their argmax)."""
         if request.anchor is not None:
-            return self._propose_one(request)
+            return self._propose_one(request, choose)
         prefix, lengths, k = request.prefix, request.lengths, request.num_slots
         batch = lengths.numel()
         if self.cache is None:
@@ -89,20 +99,20 @@ class VerifierDrafter(Drafter):
         tokens = prefix.gather(1, columns.clamp(max=prefix.size(1) - 1))
         verified = self.verifier.verify(tokens, start, int(start.max()), self.cache, self.cross)
         last = (lengths - 1 - start).view(-1, 1, 1).expand(-1, 1, verified.logits.size(2))
-        drafts = [self._best(verified.logits.gather(1, last)[:, 0])]
+        drafts = [self._best(verified.logits.gather(1, last)[:, 0], 0, choose)]
         self.valid = lengths.clone()
         # 2. each further draft from the one before it.
         position = lengths.clone()
-        for _ in range(k - 1):
+        for slot in range(1, k):
             verified = self.verifier.verify(drafts[-1].view(-1, 1), position,
                                             int(position.max()), self.cache, self.cross)
-            drafts.append(self._best(verified.logits[:, 0]))
+            drafts.append(self._best(verified.logits[:, 0], slot, choose))
             position = position + 1
         proposal = torch.stack(drafts, 1)  # (B, K)
         self.fed, self.fed_from = proposal[:, : k - 1], lengths.clone()
         return proposal
 
-    def _propose_one(self, request: DraftRequest) -> Tensor:
+    def _propose_one(self, request: DraftRequest, choose: Optional[Choice]) -> Tensor:
         """:meth:`propose` for one row, deciding with host ints: the calls
         themselves are most of an 8-bit step, so what is around them
         must stay small."""
@@ -123,23 +133,27 @@ class VerifierDrafter(Drafter):
         self._start[0] = start
         verified = self.verifier.verify(request.prefix[:, start:length], self._start, start,
                                         self.cache, self.cross, True)
-        scores = verified.logits[0, length - 1 - start].numpy()
-        scores[self.pad] = -np.inf
-        drafts = [int(scores.argmax())]
+        drafts = [self._best_one(verified.logits[0, length - 1 - start], 0, choose)]
         for position in range(length, length + k - 1):
             self._start[0], self._token[0, 0] = position, drafts[-1]
             verified = self.verifier.verify(self._token, self._start, position, self.cache,
                                             self.cross, True)
-            scores = verified.logits[0, 0].numpy()
-            scores[self.pad] = -np.inf
-            drafts.append(int(scores.argmax()))
+            drafts.append(self._best_one(verified.logits[0, 0], position - length + 1, choose))
         self.valid, self._host = length, (length, drafts[:-1])
         return torch.tensor([drafts])
 
-    def _best(self, logits: Tensor) -> Tensor:
-        """(B,) the copy's greedy token of (B, V) logits, never pad."""
+    def _best(self, logits: Tensor, slot: int, choose: Optional[Choice]) -> Tensor:
+        """(B,) slot ``slot``'s drafts of the copy's (B, V) logits, never pad."""
         logits[:, self.pad] = -torch.inf
-        return logits.argmax(-1)
+        return logits.argmax(-1) if choose is None else torch.as_tensor(choose(logits, slot))
+
+    def _best_one(self, logits: Tensor, slot: int, choose: Optional[Choice]) -> int:
+        """:meth:`_best` of one row's (V,) logits, on the host."""
+        scores = logits.numpy()
+        scores[self.pad] = -np.inf
+        if choose is None:
+            return int(scores.argmax())
+        return int(choose(logits.view(1, -1), slot)[0])
 
     def _follow(self, prefix: Tensor, lengths: Tensor) -> None:
         """Moves ``valid`` past the last proposal's drafts that were committed."""
