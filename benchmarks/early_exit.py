@@ -104,16 +104,22 @@ def run(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    from nmt_specdec.data.steps import OneLineParser, report_user_errors
-
-    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+def add_split_args(parser: argparse.ArgumentParser) -> None:
+    """The verifier, the split decoded and the K measured (shared with lookup_drafts.py)."""
     parser.add_argument("--checkpoint", type=Path, required=True)
-    parser.add_argument("--data", type=Path, required=True, help="binarized data directory")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="binarized data directory (lookup_drafts.py: with the train split)")
     parser.add_argument("--split", default="valid")
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--threads", type=int, default=1)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from nmt_specdec.data.steps import OneLineParser, report_user_errors
+
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    add_split_args(parser)
     args = parser.parse_args(argv)
     return report_user_errors(lambda: print(run(args), flush=True))
 

@@ -39,6 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.early_exit import add_split_args  # noqa: E402
 from nmt_specdec import logs  # noqa: E402
 from nmt_specdec.decoding.drafters import Drafter, DraftRequest  # noqa: E402
 
@@ -203,15 +204,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     from nmt_specdec.data.steps import OneLineParser, report_user_errors
 
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, required=True)
+    add_split_args(parser)
     parser.add_argument("--draft-head", type=Path, default=None)
-    parser.add_argument("--data", type=Path, required=True,
-                        help="binarized data directory with the train split and --split")
-    parser.add_argument("--split", default="valid")
-    parser.add_argument("--sentences", type=int, default=300)
-    parser.add_argument("--ks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--max-n", type=int, default=4, choices=[1, 2, 3, 4])
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     return report_user_errors(lambda: print(run(args), flush=True))
 
