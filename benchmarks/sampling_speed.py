@@ -6,8 +6,9 @@ Decodes the first ``--sentences`` lines of ``--src-file`` (batch 1, or
 CTranslate2 (fp32, its ``sampling_topk``), and on each of ``--backends`` the
 engine at K=0 (its own sampling) and SpecDec sampling at each ``--ks`` (drafts
 from the draft head's distribution; with ``--drafters verifier-int8`` also from
-the verifier's 8-bit copy's, on ONNX Runtime), beside greedy rows (stock, the engine's K=0
-and CTranslate2), interleaved over ``--repeats`` passes. Prints tokens per
+the verifier's 8-bit copy's, on ONNX Runtime), beside greedy rows (stock, the
+engine's K=0 and CTranslate2), over ``--repeats`` passes: whole passes in turn,
+or with ``--interleave`` batch by batch in turn. Prints tokens per
 second, the ratios (greedy rows against stock greedy), tokens per iteration and
 acceptance per slot. Then it samples one sentence ``--repeat-one`` times with
 fairseq's sampling and with SpecDec sampling and prints a chi-square two-sample
@@ -136,20 +137,47 @@ def decode(task, model, generator, samples: List[dict]) -> List[tuple]:
     return outputs
 
 
+def interleaved_pass(task, model, made: Dict[str, object], samples: List[dict],
+                     seed: int) -> Dict[str, tuple]:
+    """One pass of every row, interleaved batch by batch (each batch decoded by
+    every row in turn, the order rotated by one a batch, each with ``seed``), so
+    that every row meets the same moments of the machine: (seconds, tokens)."""
+    names = list(made)
+    seconds, tokens = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0)
+    for index, sample in enumerate(samples):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            torch.manual_seed(seed)
+            start = time.perf_counter()
+            outputs = decode(task, model, made[name], [sample])
+            seconds[name] += time.perf_counter() - start
+            tokens[name] += sum(map(len, outputs))
+    return {name: (seconds[name], tokens[name]) for name in names}
+
+
 def speed_table(task, model, made: Dict[str, object], samples: List[dict],
-                repeats: int) -> List[dict]:
+                repeats: int, interleave: bool = False) -> List[dict]:
+    """Tokens per second of each row, the median of ``repeats`` timed passes
+    after one untimed (whole passes in turn, or ``interleave``d batch by batch)."""
     seconds: Dict[str, List[float]] = {name: [] for name in made}
     tokens: Dict[str, int] = {}
     for repeat in range(repeats + 1):  # the first pass warms up, untimed
-        for name, generator in made.items():
+        for generator in made.values():
             if hasattr(generator, "stats"):
                 generator.stats.__init__()
-            torch.manual_seed(repeat)
-            start = time.perf_counter()
-            outputs = decode(task, model, generator, samples)
-            if repeat:
-                seconds[name].append(time.perf_counter() - start)
-                tokens[name] = sum(map(len, outputs))
+        if interleave:
+            timed = interleaved_pass(task, model, made, samples, repeat)
+        else:
+            timed = {}
+            for name, generator in made.items():
+                torch.manual_seed(repeat)
+                start = time.perf_counter()
+                outputs = decode(task, model, generator, samples)
+                timed[name] = (time.perf_counter() - start, sum(map(len, outputs)))
+        if repeat:
+            for name, (spent, count) in timed.items():
+                seconds[name].append(spent)
+                tokens[name] = count
     rows = []
     for name, generator in made.items():
         stats = getattr(generator, "stats", None)
@@ -216,6 +244,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 rows")
     p.add_argument("--fp32-projection", action="store_true",
                    help="ONNX Runtime's sampling rows also with the all-fp32 output projection")
+    p.add_argument("--interleave", action="store_true",
+                   help="time the rows batch by batch in turn instead of whole passes")
     p.add_argument("--drafters", nargs="*", default=[], choices=["verifier-int8"],
                    help="ONNX Runtime's SpecDec rows also with these --spec-drafter")
     p.add_argument("--ct2-dir", default="work/sampling_speed_ct2",
@@ -235,9 +265,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print(f"{args.model_dir}, first {len(lines)} lines of {args.src_file}, batch {args.batch_size}, "
           f"--sampling --sampling-topk {args.topk}, {args.threads} thread(s), "
-          f"{cpu_model()}, median of {args.repeats} passes")
+          f"{cpu_model()}, median of {args.repeats} passes"
+          f"{' interleaved batch by batch' if args.interleave else ''}")
     print_speed(speed_table(task, model, made, batches(task, spm, lines, args.batch_size),
-                            args.repeats))
+                            args.repeats, args.interleave))
     if args.repeat_one:
         two_sample(task, model, made, spm, lines[0], args.repeat_one, args.ks[0],
                    args.backends[0])

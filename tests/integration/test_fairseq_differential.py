@@ -262,8 +262,6 @@ def test_refused_option_is_refused_in_one_line(models, name, mode):
     (DecodingOptions(spec_decoding=True, k=2, beta=3, tau=1.0), "--spec-beta"),
     (DecodingOptions(spec_decoding=True, k=2, backend="onnxruntime", fused_draft=True),
      "--fused-draft"),
-    (DecodingOptions(spec_decoding=True, k=2, drafter="verifier-int8",
-                     backend="onnxruntime"), "--spec-drafter verifier-int8"),
     (DecodingOptions(spec_decoding=True, k=2, backend="onnxruntime", int8=True), "--int8"),
 ])
 def test_sampling_refuses_what_it_cannot_take_in_one_line(models, options, refused):

@@ -2,7 +2,9 @@
 
 Every drafter proposes K tokens (:class:`~nmt_specdec.decoding.drafters.Drafter`);
 draft trees need :class:`~nmt_specdec.decoding.drafters.ProposesCandidates` and
-speculative sampling :class:`~nmt_specdec.decoding.drafters.GivesDistribution`.
+speculative sampling :class:`~nmt_specdec.decoding.drafters.GivesDistribution` (the
+slots' logits at once) or :class:`~nmt_specdec.decoding.drafters.DraftsByChoice` (a
+chain drafter, slot after slot).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import pytest
 
 from nmt_specdec.decoding.drafters import (
     Drafter,
+    DraftsByChoice,
     GivesDistribution,
     ProposesCandidates,
     check_abilities,
@@ -36,6 +39,9 @@ def test_sampling_needs_the_drafts_distribution():
     with pytest.raises(UserError, match="--sampling with --spec-decoding needs"):
         check_abilities(ProposesCandidates(), candidates=1, sampling=True)
     check_abilities(_Both(), candidates=3, sampling=True)
+    check_abilities(DraftsByChoice(), candidates=1, sampling=True)
+    with pytest.raises(UserError, match="--spec-candidates 2: this drafter .DraftsByChoice."):
+        check_abilities(DraftsByChoice(), candidates=2, sampling=True)
 
 
 def test_the_generator_refuses_at_build_time(tmp_path):
