@@ -246,7 +246,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="ONNX Runtime's sampling rows also with the all-fp32 output projection")
     p.add_argument("--interleave", action="store_true",
                    help="time the rows batch by batch in turn instead of whole passes")
-    p.add_argument("--drafters", nargs="*", default=[], choices=["verifier-int8"],
+    p.add_argument("--drafters", nargs="*", default=[], choices=["verifier-int8", "verifier-int4"],
                    help="ONNX Runtime's SpecDec rows also with these --spec-drafter")
     p.add_argument("--ct2-dir", default="work/sampling_speed_ct2",
                    help="where the verifier is converted for CTranslate2")

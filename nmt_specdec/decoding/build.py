@@ -29,15 +29,15 @@ from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.generation_config import refuse_unsupported
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.generator import SpecDecGenerator
-from nmt_specdec.decoding.options import DecodingOptions, LengthRules
+from nmt_specdec.decoding.options import VERIFIER_COPIES, DecodingOptions, LengthRules
 from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
 from nmt_specdec.model.head_file import attach_head_file
 
 logger = logging.getLogger(__name__)
 
-# The largest K of --spec-k auto with --spec-drafter verifier-int8 (the fastest fixed K
-# on the gettext test sentences, README "Drafting with the verifier's 8-bit copy").
+# The largest K of --spec-k auto with --spec-drafter verifier-int8 or -int4 (the fastest
+# fixed K on the gettext test sentences, README "Drafting with the verifier's 8-bit copy").
 VERIFIER_DRAFTER_K = 4
 
 NO_DRAFT_HEAD = (
@@ -138,7 +138,7 @@ def resolve(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
 
 def _largest_k(model: nn.Module, drafter: str) -> Optional[int]:
     """auto's upper bound: None for the head's drafts on a model without a head."""
-    if drafter == "verifier-int8":
+    if drafter in VERIFIER_COPIES:
         return VERIFIER_DRAFTER_K
     return model.draft_block_size if hasattr(model, "draft_head") else None
 

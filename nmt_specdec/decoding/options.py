@@ -33,8 +33,9 @@ from nmt_specdec.decoding.backends import BACKENDS, DEFAULT_BACKEND, check_backe
 from nmt_specdec.decoding.decision.rules import AcceptanceRule, acceptance_rule
 from nmt_specdec.errors import UserError
 
-# --spec-drafter: the model's draft head, or the verifier's 8-bit copy.
-DRAFTERS = ("head", "verifier-int8")
+# --spec-drafter: the model's draft head, or the verifier's 8-bit or 4-bit copy.
+DRAFTERS = ("head", "verifier-int8", "verifier-int4")
+VERIFIER_COPIES = DRAFTERS[1:]
 # --spec-k's value for "choose K per iteration", and its default.
 AUTO = "auto"
 SPEC_K = "spec_k"
@@ -76,9 +77,10 @@ class DecodingOptions:
         "depth as leaves, all in one verify pass (a tree attention mask); 1 = the chain "
         "alone. Output unchanged at beta=1", "spec_candidates")
     drafter: str = _option(
-        "head", "what drafts: head (the model's draft head) or verifier-int8 (the verifier's "
-        "own 8-bit copy, token by token: no draft head needed, near-oracle acceptance; "
-        "--backend onnxruntime, fp32). Output unchanged at beta=1", "spec_drafter", DRAFTERS)
+        "head", "what drafts: head (the model's draft head), verifier-int8 (the verifier's "
+        "own 8-bit copy, token by token: no draft head needed, near-oracle acceptance) or "
+        "verifier-int4 (its 4-bit copy: cheaper calls, a little less acceptance); the copies "
+        "on --backend onnxruntime, fp32. Output unchanged at beta=1", "spec_drafter", DRAFTERS)
     draft_head: str = _option(
         "", "a draft head file (nmt-specdec-add-draft-head writes OUT/head.pt) to attach to "
         "the checkpoint's verifier, the one it was trained on (another is refused): a stock "

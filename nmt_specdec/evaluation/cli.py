@@ -179,8 +179,9 @@ def _add_grid_args(group) -> None:
         "all: the relaxed rows (beta > 1) at every K, auto, backend and precision; one: at "
         "the first K > 0 on the first backend in fp32 only"))
     add("--drafters", nargs="+", choices=DRAFTERS, default=["head"], help=_grid_help(
-        "who drafts the rows with K > 0: the head's rows always run, and verifier-int8 adds "
-        "each onnxruntime fp32 chain row drafted by the verifier's 8-bit copy", "drafter"))
+        "who drafts the rows with K > 0: the head's rows always run, and verifier-int8 "
+        "(verifier-int4) adds each onnxruntime fp32 chain row drafted by the verifier's "
+        "8-bit (4-bit) copy", "drafter"))
     add("--backend", dest="backends", nargs="+", choices=BACKENDS, default=[DEFAULT_BACKEND],
         help=_grid_help("who runs the SpecDec rows' model calls; several: every SpecDec row "
                         "on each, in the same interleaved run", "backend"))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from nmt_specdec.decoding.backends import DEFAULT_BACKEND
-from nmt_specdec.decoding.options import DecodingOptions
+from nmt_specdec.decoding.options import VERIFIER_COPIES, DecodingOptions
 from nmt_specdec.errors import UserError
 
 
@@ -55,7 +55,8 @@ class EvalConfig:
         graphs_off: also run every torch row with ``--cuda-graphs off`` (a GPU's
             static passes eager: what the graphs buy).
         drafters: who drafts the SpecDec rows with K > 0 (``--spec-drafter``);
-            ``verifier-int8`` rows run on fp32 onnxruntime only.
+            the verifier copies' rows (``verifier-int8``, ``verifier-int4``) run on
+            fp32 onnxruntime only.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier,
             on the run's device.
         sampling_topk: add the sampling grid (fairseq's ``--sampling
@@ -286,8 +287,8 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                           for spec in grid
                           # K=0 drafts nothing
                           if not (fused and spec.k == 0)]
-                if ort and not int8 and not fused and "verifier-int8" in cfg.drafters:
-                    specs += [_with(spec, backend=backend, drafter="verifier-int8")
+                for copy in _copies(cfg) if ort and not int8 and not fused else ():
+                    specs += [_with(spec, backend=backend, drafter=copy)
                               for spec in grid if spec.k and spec.candidates == 1]
     specs += _half_precision_specs(cfg, grid)
     if cfg.relaxed_rows == "one":
@@ -301,7 +302,7 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
 def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
     """``--sampling-topk``: stock sampling, then per backend the engine's sampling
     (K=0) and speculative sampling at each K > 0 (fp32, the head drafting; on
-    ONNX Runtime with ``--drafters verifier-int8``, the 8-bit copy too)."""
+    ONNX Runtime with ``--drafters verifier-int8``/``-int4``, the copies too)."""
     if not cfg.sampling_topk:
         return []
     topk = cfg.sampling_topk
@@ -312,10 +313,15 @@ def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSp
     for backend in dict.fromkeys(cfg.backends):
         specs += [dataclasses.replace(specdec(k=k, backend=backend), sampling_topk=topk)
                   for k in [0, *dict.fromkeys(ks)]]
-        if backend == "onnxruntime" and "verifier-int8" in cfg.drafters:
-            specs += [dataclasses.replace(specdec(k=k, backend=backend, drafter="verifier-int8"),
+        for copy in _copies(cfg) if backend == "onnxruntime" else ():
+            specs += [dataclasses.replace(specdec(k=k, backend=backend, drafter=copy),
                                           sampling_topk=topk) for k in dict.fromkeys(ks)]
     return specs
+
+
+def _copies(cfg: EvalConfig) -> List[str]:
+    """The verifier copies among ``--drafters``, in the order given."""
+    return [drafter for drafter in cfg.drafters if drafter in VERIFIER_COPIES]
 
 
 def _kept_relaxed(spec: DecoderSpec, cfg: EvalConfig) -> bool:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from nmt_specdec.decoding.backends import resolve_backend
+from nmt_specdec.decoding.options import VERIFIER_COPIES
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation import loading, machine, metrics, mismatch, report, runner
 from nmt_specdec.evaluation.config import BASELINE, EvalConfig, build_grid
@@ -64,8 +65,8 @@ def run(cfg: EvalConfig) -> dict:
     testset = load_testset(cfg, task, detokenize)
     check_lengths(testset.sources, model.max_positions()[0])
     specs = build_grid(cfg, getattr(model, "draft_block_size", None))
-    if not hasattr(model, "draft_head") and "verifier-int8" in cfg.drafters:
-        # No head to draft with: the 8-bit copy's rows (and greedy) stand alone.
+    if not hasattr(model, "draft_head") and set(cfg.drafters) & set(VERIFIER_COPIES):
+        # No head to draft with: the copies' rows (and greedy) stand alone.
         specs = [s for s in specs if not (s.kind == "specdec" and s.k and s.drafter == "head")]
     if any(spec.kind == "specdec" for spec in specs):
         loading.check_specdec_supported(task, model, specs)

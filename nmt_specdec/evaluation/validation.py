@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from nmt_specdec.decoding.backends import CPU_BACKEND, check_backend
+from nmt_specdec.decoding.options import VERIFIER_COPIES
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.config import EvalConfig
 from nmt_specdec.model_shards import materialize
@@ -23,8 +24,9 @@ def validate(cfg: EvalConfig) -> None:
     for flag, value in (("--int8", cfg.int8), ("--fused-draft", cfg.fused_draft)):
         if value and not onnx & set(cfg.backends):
             raise UserError(f"{flag} needs onnxruntime among --backend")
-    if "verifier-int8" in cfg.drafters and not onnx & set(cfg.backends):
-        raise UserError("--drafters verifier-int8 needs onnxruntime among --backend")
+    for copy in set(cfg.drafters) & set(VERIFIER_COPIES):
+        if not onnx & set(cfg.backends):
+            raise UserError(f"--drafters {copy} needs onnxruntime among --backend")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
     _check_positive("--grid-beta", cfg.grid_beta)

@@ -12,6 +12,7 @@ on the batch, and drafting must not change a sample.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from typing import Dict, Tuple
@@ -265,10 +266,10 @@ def test_drafting_never_changes_a_sample(toy, onnx_cache, backend, monkeypatch):
         assert _sampled(model, dictionary, sample, 2, batch, backend=backend,
                         candidates=2) == plain
     assert {shape[1:] for shape in trees} == {(2, 2)} and {1, 8} <= {s[0] for s in trees}
-    if backend == "onnxruntime":  # a chain drafter, slot after slot: the verifier's 8-bit copy
-        for batch in (8, 1):
+    if backend == "onnxruntime":  # a chain drafter, slot after slot: the verifier's copies
+        for batch, drafter in itertools.product((8, 1), ("verifier-int8", "verifier-int4")):
             assert _sampled(model, dictionary, sample, 2, batch, backend=backend,
-                            drafter="verifier-int8") == plain
+                            drafter=drafter) == plain
 
 
 def test_equal_lines_draw_independently(toy):

@@ -1,5 +1,6 @@
-"""``--spec-drafter verifier-int8``: the verifier's own 8-bit ONNX graph drafts, token
-by token, for the fp32 verifier (``decoding/backends/onnxruntime/verifier_drafter.py``).
+"""``--spec-drafter verifier-int8`` (``verifier-int4``): the verifier's own 8-bit (4-bit)
+ONNX graph drafts, token by token, for the fp32 verifier
+(``decoding/backends/onnxruntime/verifier_drafter.py``).
 
 - beta = 1 output is the fp32 greedy output, at batch 1 (the single-row loop)
   and 8 (the batched loop), with a fixed K and with ``--spec-k auto`` (whose
@@ -44,15 +45,17 @@ def shipped(onnx_cache):
     return model, task, sources, backend, greedy
 
 
-def _drafting(model, task, backend, k: int = 3, auto: bool = False, loop=None):
-    options = DecodingOptions(k=k, auto_k=auto, drafter="verifier-int8")
+def _drafting(model, task, backend, k: int = 3, auto: bool = False, loop=None,
+              drafter: str = "verifier-int8"):
+    options = DecodingOptions(k=k, auto_k=auto, drafter=drafter)
     return shipped_generator(model, task, backend=backend, options=options, loop=loop)
 
 
+@pytest.mark.parametrize("drafter", ["verifier-int8", "verifier-int4"])
 @pytest.mark.parametrize("batch_size", [1, 8])
-def test_same_output_as_greedy_with_near_oracle_acceptance(shipped, batch_size):
+def test_same_output_as_greedy_with_near_oracle_acceptance(shipped, batch_size, drafter):
     model, task, sources, backend, greedy = shipped
-    generator = _drafting(model, task, backend)
+    generator = _drafting(model, task, backend, drafter=drafter)
     assert decode_all(generator, model, task, sources, batch_size) == greedy
     stats = generator.stats
     # The head reaches ~2.1 tokens per iteration at K=3 on these sentences; an
@@ -88,7 +91,7 @@ def test_refusals(shipped):
     with pytest.raises(UserError, match="needs --backend onnxruntime"):
         _drafting(model, task, make_backend("torch", model, task.target_dictionary))
     int8 = make_backend("onnxruntime", model, task.target_dictionary, int8=True)
-    with pytest.raises(UserError, match="with --int8 the verifier is that copy"):
+    with pytest.raises(UserError, match="drafts for the fp32 verifier only"):
         _drafting(model, task, int8)
     with pytest.raises(UserError, match="--spec-candidates > 1 needs the draft head"):
         DecodingOptions(k=2, candidates=2, drafter="verifier-int8")

@@ -193,7 +193,7 @@ def test_task_reports_missing_dictionary_in_one_line(tmp_path: Path) -> None:
         ({"spec_beta": 0}, "--spec-beta must be >= 1, got 0"),
         ({"spec_tau": -1.0}, "--spec-tau must be >= 0, got -1.0"),
         ({"spec_drafter": "oracle"},
-         "--spec-drafter must be one of head, verifier-int8, got 'oracle'"),
+         "--spec-drafter must be one of head, verifier-int8, verifier-int4, got 'oracle'"),
     ],
 )
 def test_task_rejects_bad_decoding_options(raw_text_toy, options, message) -> None:

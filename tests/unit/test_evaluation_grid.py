@@ -65,6 +65,23 @@ def test_the_sampling_grid_drafts_with_the_8bit_copy_where_asked(tmp_path):
     assert [spec.drafter for spec in specs].count("verifier-int8") == 1
 
 
+def test_each_copy_asked_for_gets_its_greedy_and_sampling_rows(tmp_path):
+    """Both copies, in the order given, on fp32 ONNX Runtime only (not beside
+    --int8, not on torch)."""
+    cfg = _config(tmp_path, "--sampling-topk", "10", "--grid-k", "0", "3", "--backend", "torch",
+                  "onnxruntime", "--int8", "--drafters", "verifier-int4", "verifier-int8")
+    validate(cfg)
+    drafted = [spec for spec in build_grid(cfg, default_k=4) if spec.drafter != "head"]
+    assert {(spec.backend, spec.int8) for spec in drafted} == {("onnxruntime", False)}
+    assert [spec.name for spec in drafted] == [
+        *(f"SpecDec {k} β=1 drafter={copy} [onnxruntime]"
+          for copy in ("verifier-int4", "verifier-int8") for k in ("K=3", "auto K≤4")),
+        *(f"SpecDec K=3 sampling top-10 drafter={copy} [onnxruntime]"
+          for copy in ("verifier-int4", "verifier-int8"))]
+    with pytest.raises(UserError, match="--drafters verifier-int4 needs onnxruntime"):
+        validate(_config(tmp_path, "--backend", "torch", "--drafters", "verifier-int4"))
+
+
 def test_a_bad_sampling_topk_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match="--sampling-topk values must be >= 1, got 0"):
         validate(_config(tmp_path, "--sampling-topk", "0"))

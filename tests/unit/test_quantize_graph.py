@@ -35,6 +35,17 @@ def _product(path, rng, inputs: int, outputs: int) -> np.ndarray:
     return weight
 
 
+def _save(path, nodes, inputs: int, outputs: int, weights: dict) -> None:
+    """A graph of ``nodes`` from ``x`` (n, inputs) to ``y`` (n, outputs), its
+    constant ``weights`` by name, saved at ``path``."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", outputs])],
+        [numpy_helper.from_array(w, name) for name, w in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
 @pytest.mark.parametrize("inputs,outputs", [(256, 768), (1024, 256), (256, 4096)])
 def test_a_row_gets_the_same_bits_alone_or_beside_others(tmp_path, inputs, outputs):
     rng = np.random.default_rng(0)
@@ -59,25 +70,12 @@ def test_a_row_gets_the_same_bits_alone_or_beside_others(tmp_path, inputs, outpu
 def test_biases_fold_into_the_8bit_products(tmp_path):
     """A constant bias after a product becomes the product's bias input: one node
     fewer, the same sums."""
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
-    from nmt_specdec.decoding.backends.onnxruntime.quantize import quantize_graph
-
     rng = np.random.default_rng(3)
     weight = rng.standard_normal((64, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"], name="product"),
-         helper.make_node("Add", ["h", "b"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
-        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
     path = tmp_path / "g.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                ir_version=8), str(path))
+    _save(path, [helper.make_node("MatMul", ["x", "w"], ["h"], name="product"),
+                 helper.make_node("Add", ["h", "b"], ["y"])], 64, 16, {"w": weight, "b": bias})
     x = rng.standard_normal((3, 64)).astype(np.float32)
     quantize_graph(path)
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
@@ -94,16 +92,10 @@ def test_copies_of_a_weight_are_quantized_once(tmp_path):
     weight = (rng.standard_normal((64, 64)) * 0.05).astype(np.float32)
     other = weight.copy()
     other[0, 0] += 1
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", [x, w], [y], name=y)
-         for x, w, y in (("x", "w1", "h1"), ("h1", "w2", "h2"), ("h2", "w3", "y"))], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
-        [numpy_helper.from_array(w, name)
-         for w, name in ((weight, "w1"), (weight.copy(), "w2"), (other, "w3"))])
     path = tmp_path / "g.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                ir_version=8), str(path))
+    _save(path, [helper.make_node("MatMul", [x, w], [y], name=y)
+                 for x, w, y in (("x", "w1", "h1"), ("h1", "w2", "h2"), ("h2", "w3", "y"))],
+          64, 64, {"w1": weight, "w2": weight.copy(), "w3": other})
     quantize_graph(path)
     products = [n for n in onnx.load(str(path)).graph.node if n.op_type == "MatMulNBits"]
     assert len(products) == 3
@@ -112,3 +104,27 @@ def test_copies_of_a_weight_are_quantized_once(tmp_path):
     y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     exact = x @ weight @ weight @ other
     assert np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+def test_the_copys_output_projection_keeps_8_bits(tmp_path):
+    """The 4-bit copy (``eight_bit_width``): the products of that width take 8 bits
+    in blocks of 64, every other one the 4 bits asked for, and the graph still
+    computes the products it replaces."""
+    rng = np.random.default_rng(7)
+    hidden = (rng.standard_normal((128, 128)) * 0.05).astype(np.float32)
+    projection = (rng.standard_normal((128, 96)) * 0.05).astype(np.float32)
+    path = tmp_path / "g.onnx"
+    _save(path, [helper.make_node("MatMul", ["x", "w1"], ["h"], name="layer"),
+                 helper.make_node("MatMul", ["h", "w2"], ["y"], name="projection")],
+          128, 96, {"w1": hidden, "w2": projection})
+    quantize_graph(path, bits=4, block=128, eight_bit_width=96)
+    products = {}
+    for node in onnx.load(str(path)).graph.node:
+        assert node.op_type == "MatMulNBits"
+        attributes = {a.name: a.i for a in node.attribute}
+        products[attributes["N"]] = (attributes["bits"], attributes["block_size"])
+    assert products == {128: (4, 128), 96: (8, 64)}
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    exact = x @ hidden @ projection
+    assert np.abs(y - exact).max() < 0.2 * np.abs(exact).max()

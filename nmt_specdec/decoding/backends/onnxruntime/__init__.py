@@ -4,7 +4,8 @@ traced from :mod:`nmt_specdec.decoding.passes`), ``encoder_graph``, ``graphs``
 and ``fused`` (the traced modules), ``projection`` (the
 certified 8-bit output projection), ``quantize`` (``--int8``), ``session`` (the
 model calls), ``drafters`` (the draft graph as a drafter) and ``verifier_drafter``
-(``--spec-drafter verifier-int8``: the verifier's 8-bit copy as a drafter).
+(``--spec-drafter verifier-int8`` / ``verifier-int4``: the verifier's 8-bit or
+4-bit copy as a drafter).
 
 Importing this package does not import ``onnxruntime``; building the backend does.
 """
@@ -18,7 +19,7 @@ import torch
 from nmt_specdec.errors import UserError
 
 OPTIONS = frozenset({"int8", "fused_draft"})
-DRAFTERS = ("head", "verifier-int8")  # the --spec-drafter kinds its backend makes
+DRAFTERS = ("head", "verifier-int8", "verifier-int4")  # the --spec-drafter kinds it makes
 CPU_ONLY = True  # the CPU execution provider
 HALF = False  # float32 models (and --int8)
 

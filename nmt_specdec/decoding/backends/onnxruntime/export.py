@@ -44,7 +44,11 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
-from nmt_specdec.decoding.backends.onnxruntime.quantize import DRAFT_BITS, DRAFT_BLOCK
+from nmt_specdec.decoding.backends.onnxruntime.quantize import (
+    COPY_BLOCK,
+    DRAFT_BITS,
+    DRAFT_BLOCK,
+)
 from nmt_specdec.decoding.passes.draft_pass import refine_steps_of
 from nmt_specdec.errors import UserError
 from nmt_specdec.hashing import file_sha256, tensors_sha256
@@ -68,7 +72,8 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
-             int8_draft: bool, certified: bool, refine_steps: Optional[int]):
+             int8_draft: bool, certified: bool, refine_steps: Optional[int],
+             verify_bits: int = 8):
     """``(directory name, identity)`` of a set of graphs: the manifest must match
     ``identity`` for cached graphs to be used."""
     import onnxruntime
@@ -85,7 +90,8 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                + ("-w7" if bits == 7 and (int8 or certified) else "")
                + ("-int8draft" if int8_draft else "")
                + (f"-refine{refine_steps}x{shortlist}" if refine_steps else "")
-               + (f"-vocab{draft_vocab}" if draft_vocab else ""))
+               + (f"-vocab{draft_vocab}" if draft_vocab else "")
+               + (f"-verify{verify_bits}" if verify_bits != 8 else ""))
     # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
@@ -95,24 +101,29 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                 "draft_weights": [DRAFT_BITS, DRAFT_BLOCK],
                 # Unrolled into the draft graph, and not weights.
                 "refine": [refine_steps, shortlist], "draft_vocab": draft_vocab}
+    if verify_bits != 8:  # the copy's verify graph (absent from the 8-bit manifests)
+        identity["verify_weights"] = [verify_bits, COPY_BLOCK,
+                                      model.decoder.output_projection.out_features]
     return variant, identity
 
 
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
               root: Optional[Path] = None, fused: bool = False,
               int8_draft: bool = False, certified: bool = False,
-              refine_steps: Optional[int] = None) -> Path:
+              refine_steps: Optional[int] = None, verify_bits: int = 8) -> Path:
     """The directory of valid graphs for ``model``, exporting them if needed
     (``fused``: also the fused verify+draft graph, in a directory of its own so
     that the plain variant does not store its weights twice; ``int8_draft``: an
     8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`;
     ``certified``: the fp32 verifier's output projection in 8 bits with its
     decisions certified, see :mod:`.projection`; ``refine_steps``: the draft
-    head's refinement runs, None for the head's own)."""
+    head's refinement runs, None for the head's own; ``verify_bits``: with
+    ``int8``, 4 makes the verify graph the 4-bit drafting copy's, see
+    :mod:`.quantize`)."""
     int8_draft = int8_draft and not int8
     certified = certified and not int8
     variant, identity = _variant(model, pad, eos, int8, fused, int8_draft, certified,
-                                 refine_steps)
+                                 refine_steps, verify_bits if int8 else 8)
     directory = (root or cache_root()) / identity["weights_sha256"] / variant
     if _is_valid(directory, identity):
         return directory
@@ -173,8 +184,12 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     draft_weights = dict(bits=DRAFT_BITS, block=DRAFT_BLOCK)
     if FUSED in files and (int8 or int8_draft):  # its draft head as the draft graph's
         quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
+    copy = identity.get("verify_weights")  # [bits, block, vocabulary]
     for name in quantized:  # with --int8 the fused graph's other products too
-        quantize_graph(building / name, **(draft_weights if name in drafts else {}))
+        weights = (draft_weights if name in drafts else
+                   dict(bits=copy[0], block=copy[1], eight_bit_width=copy[2])
+                   if name == VERIFY and copy else {})
+        quantize_graph(building / name, **weights)
     if certified:  # the verifier's output projection alone
         quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
     return files

@@ -43,6 +43,7 @@ from nmt_specdec.errors import UserError
 
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)
 ROWS_FROM = 8  # batches of this many rows or more verify with the 8-bit batch graph
+COPY_BITS = {"verifier-int8": 8, "verifier-int4": 4}  # --spec-drafter: the copy's weight bits
 
 
 def require_onnxruntime():
@@ -270,6 +271,7 @@ class OrtBackend(Backend):
             within ~3e-3. Off: every logit in fp32.
         refine_steps: the draft head's refinement runs, unrolled into the draft
             graph (None: the head's own setting).
+        verify_bits: with ``int8``, 4 for the drafting copy's 4-bit verify graph.
     """
 
     name = "onnxruntime"
@@ -278,7 +280,7 @@ class OrtBackend(Backend):
     def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
                  threads: Optional[int] = None, fused_draft: bool = False,
                  int8_draft: bool = True, certified: bool = True,
-                 refine_steps: Optional[int] = None):
+                 refine_steps: Optional[int] = None, verify_bits: int = 8):
         super().__init__()
         self._ort = require_onnxruntime()
         if any(p.device.type != "cpu" for p in model.parameters()):
@@ -288,7 +290,7 @@ class OrtBackend(Backend):
         # entries would never go if their value held the key.
         self._model = weakref.ref(model)
         self.pad, self.eos, self.int8 = pad, eos, int8
-        self.refine_steps = refine_steps
+        self.refine_steps, self.verify_bits = refine_steps, verify_bits
         self.fused_draft = fused_draft
         # The fused graph's draft head is quantized as the draft graph's (see export).
         self.int8_draft = int8_draft and not int8
@@ -296,7 +298,7 @@ class OrtBackend(Backend):
         self.certified = (certified and not int8 and
                           model.decoder.output_projection.out_features > 4 * CANDIDATES)
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
-        self._int8_copy: Optional["OrtBackend"] = None  # --spec-drafter verifier-int8
+        self._copies: Dict[int, "OrtBackend"] = {}  # --spec-drafter verifier-int<bits>
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -309,7 +311,8 @@ class OrtBackend(Backend):
     def _load(self) -> None:
         directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
                                      fused=self.fused_draft, int8_draft=self.int8_draft,
-                                     certified=self.certified, refine_steps=self.refine_steps)
+                                     certified=self.certified, refine_steps=self.refine_steps,
+                                     verify_bits=self.verify_bits)
         self.directory = directory
         head = getattr(self.model, "draft_head", None)
         draft_layers = source_layers(head, self.refine_steps) if head is not None else 0
@@ -372,16 +375,13 @@ class OrtBackend(Backend):
         # Freshness is checked once per batch, in encode (it walks every parameter).
         return self._verifier
 
-    def _copy_drafter(self, pad: int) -> VerifierDrafter:
-        """The 8-bit verifier graph drafting for this fp32 one (its own sessions;
-        the export is cached like this backend's)."""
+    def _copy_drafter(self, pad: int, bits: int) -> VerifierDrafter:
+        """The ``bits``-bit verifier graph drafting for this fp32 one (sessions of its own)."""
         if self.int8:
-            raise UserError("--spec-drafter verifier-int8 drafts for the fp32 verifier; "
-                            "with --int8 the verifier is that copy itself")
-        if self._int8_copy is None:
-            self._int8_copy = OrtBackend(self.model, self.pad, self.eos, int8=True,
-                                         threads=self.threads)
-        copy = self._int8_copy
+            raise UserError(f"--spec-drafter verifier-int{bits} drafts for the fp32 verifier only")
+        copy = self._copies.get(bits) or OrtBackend(self.model, self.pad, self.eos, int8=True,
+                                                    threads=self.threads, verify_bits=bits)
+        self._copies[bits] = copy
 
         def verifier() -> VerifierCalls:
             copy._fresh()  # re-exported with this backend when the weights change
@@ -390,8 +390,8 @@ class OrtBackend(Backend):
         return VerifierDrafter(verifier, pad)
 
     def drafter(self, pad: int, kind: str = "head"):
-        if kind == "verifier-int8":
-            return self._copy_drafter(pad)
+        if kind in COPY_BITS:
+            return self._copy_drafter(pad, COPY_BITS[kind])
         if self.draft_session is None:
             raise UserError("--spec-k > 0 needs a model with a draft head")
         start = self.model.draft_head.start_state.detach().clone()

@@ -15,6 +15,13 @@ Under ``--sampling`` it drafts the copy's own sample slot after slot (each
 slot's perturbed argmax, chosen by the loop), which the verifier keeps nearly
 always, where the head's drafts, each from its own guess, are kept far less.
 
+``--spec-drafter verifier-int4`` drafts with a 4-bit copy instead: every
+product but the output projection in 4 bits (quantize.COPY_BITS), so a call
+reads about half the weight bytes of the 8-bit one, for drafts kept a little
+less often; the output projection keeps 8 bits, because the draft is its
+argmax. Batches of ``session.ROWS_FROM`` rows or more draft with the 8-bit
+batch graph in either copy.
+
 The copy keeps its own self-attention cache and reads the fp32 encoder's keys
 and values (the same source memory the verifier reads; the 8-bit copy has no
 encoder call of its own). Its cache follows the committed tokens: a slot is
