@@ -34,7 +34,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_session import (
     Scratch,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES, ProjectionCheck
-from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import VerifierDrafter
+from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import COPY_DRAFTERS, VerifierDrafter
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.decision.tree import parent_index
 from nmt_specdec.decoding.passes.draft_pass import source_layers
@@ -43,7 +43,6 @@ from nmt_specdec.errors import UserError
 
 CACHE_CHUNK = 16  # cache slots added at a time (see StaticKVCache's grow_by)
 ROWS_FROM = 8  # batches of this many rows or more verify with the 8-bit batch graph
-COPY_BITS = {"verifier-int8": 8, "verifier-int4": 4}  # --spec-drafter: the copy's weight bits
 
 
 def require_onnxruntime():
@@ -390,8 +389,8 @@ class OrtBackend(Backend):
         return VerifierDrafter(verifier, pad)
 
     def drafter(self, pad: int, kind: str = "head"):
-        if kind in COPY_BITS:
-            return self._copy_drafter(pad, COPY_BITS[kind])
+        if kind in COPY_DRAFTERS:
+            return self._copy_drafter(pad, COPY_DRAFTERS[kind])
         if self.draft_session is None:
             raise UserError("--spec-k > 0 needs a model with a draft head")
         start = self.model.draft_head.start_state.detach().clone()

@@ -40,8 +40,11 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends.base import VerifierCalls
+from nmt_specdec.decoding.backends.onnxruntime.quantize import COPY_BITS
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
+
+COPY_DRAFTERS = {"verifier-int8": 8, "verifier-int4": COPY_BITS}  # --spec-drafter: its copy's bits
 
 
 class VerifierDrafter(DraftsByChoice):
