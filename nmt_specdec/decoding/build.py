@@ -37,7 +37,7 @@ from nmt_specdec.model.head_file import attach_head_file
 logger = logging.getLogger(__name__)
 
 # The largest K of --spec-k auto with --spec-drafter verifier-int8 or -int4 (the fastest
-# fixed K on the gettext test sentences, README "Drafting with the verifier's 8-bit copy").
+# fixed K on the gettext test sentences, docs/results.md "Drafting with the verifier's 8-bit copy").
 VERIFIER_DRAFTER_K = 4
 
 NO_DRAFT_HEAD = (
