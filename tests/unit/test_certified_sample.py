@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nmt_specdec.decoding.decision import certified
-from nmt_specdec.decoding.decision.certified import certified_sample
+from nmt_specdec.decoding.decision.certified import certified_sample, known_sample
 
 
 def make_case(rng: np.random.Generator, vocab: int, forbidden: int):
@@ -88,15 +88,51 @@ def test_the_shortlist_gives_way_to_the_whole_vocabulary(monkeypatch):
         assert token == brute_force(exact, noise, 10)
 
 
-def graph_like(exact: np.ndarray, inexact: np.ndarray, bounds: np.ndarray, use_ceiling: bool):
-    """What the certified projection returns for one position: the 16 tokens with
-    the highest upper bounds exact, the highest upper bound outside them as the
-    ceiling (+inf: no ceiling, every check from the bounds)."""
+def graph_like(exact: np.ndarray, inexact: np.ndarray, bounds: np.ndarray, use_ceiling: bool,
+               candidates: int = 16):
+    """What the certified projection returns for one position: the ``candidates``
+    tokens with the highest upper bounds exact, the highest upper bound outside
+    them as the ceiling (+inf: no ceiling, every check from the bounds)."""
     upper = inexact + bounds
     top = np.argsort(-upper, kind="stable")
     scores = inexact.copy()
-    scores[top[:16]] = exact[top[:16]]
-    return scores, upper[top[16]] if use_ceiling else np.inf
+    scores[top[:candidates]] = exact[top[:candidates]]
+    return scores, upper[top[candidates]] if use_ceiling else np.inf
+
+
+@pytest.mark.parametrize("topk", [3, 10])
+def test_the_known_sample_is_the_exact_top_k_sample_or_none(topk):
+    # The call's exact scores above its ceiling (64 candidates): where they hold
+    # the top k, known_sample answers with brute force's token; elsewhere it
+    # declines, and trusting the known tokens there is sometimes wrong.
+    rng = np.random.default_rng(topk)
+    answered = wrong_if_trusted = 0
+    for _ in range(400):
+        exact, inexact, bounds, noise = make_case(rng, 2000, 20)
+        scores, ceiling = graph_like(exact, inexact, bounds, True, candidates=64)
+        found = known_sample(scores.astype(np.float32), ceiling, 1e-6, lambda ids: exact[ids],
+                             lambda ids: noise[ids], topk)
+        expected = brute_force(exact, noise, topk)
+        if found is not None:
+            answered += 1
+            assert found == (expected, exact[expected], noise[expected])
+            continue
+        known = np.flatnonzero(scores > ceiling)
+        members = known[np.argsort(-exact[known], kind="stable")[:topk]]
+        if members.size:
+            wrong_if_trusted += int(members[np.argmax(exact[members] + noise[members])]) != expected
+    assert 20 < answered < 400 and wrong_if_trusted > 0
+
+
+def test_the_known_sample_leaves_room_for_fp32_rounding():
+    # The k-th known score lies above the ceiling, but by less than the rounding:
+    # a token scored just below the ceiling in fp32 may lie above it exactly.
+    scores = np.array([5.0, 3.0, 2.0005, 2.0, -1.0], dtype=np.float32)
+    exact, noise = scores.astype(np.float64), np.zeros(5)
+    args = (lambda ids: exact[ids], lambda ids: noise[ids], 3)
+    assert known_sample(scores, 2.0, 1e-4, *args)[0] == 0
+    assert known_sample(scores, 2.0, 1e-3, *args) is None
+    assert known_sample(scores, 2.5, 0.0, *args) is None  # two tokens known: too few
 
 
 @pytest.mark.parametrize("use_ceiling", [True, False])

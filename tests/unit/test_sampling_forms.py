@@ -83,6 +83,10 @@ def test_the_noise_depends_on_its_row_position_and_token_alone():
     assert torch.equal(alone[0, 0], noise[2, 1, [29, 3, 17]])
     host = gumbel_host(int(keys[3]), np.full(30, 9), np.arange(30))
     assert np.array_equal(host, noise[3, 1].numpy())
+    # A few tokens of one position, hashed in Python integers: the same bits.
+    few = np.array([29, 3, 17, 2 ** 31 + 5])
+    expected = gumbel(keys[3:], torch.tensor([[9]]), torch.from_numpy(few).view(1, 1, -1))
+    assert np.array_equal(gumbel_host(int(keys[3]), np.int64(9), few), expected[0, 0].numpy())
     # Bit for bit over many tokens: numpy's own float64 log differs from torch's
     # in the last bit for ~0.3% of values on an AMD EPYC Zen 4.
     many = torch.arange(20000).view(1, 1, -1)

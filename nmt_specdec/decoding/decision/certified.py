@@ -22,7 +22,13 @@ it still needs noise of several units to beat the winner.
    goes back to 2.
 
 The result is the winner over the exact top k, whichever tokens were scored:
-the same token as with every logit exact, up to float rounding. How many
+the same token as with every logit exact, up to float rounding.
+
+Most positions need none of that: the call's scores above its ``ceiling`` are
+exact already (the projection scored its candidates in fp32), and where k of
+them lie above the ceiling by more than fp32's rounding, they are the exact
+top k. :func:`known_sample` takes the winner among them, reading no bound and
+no other token. How many
 positions the first round settles: ``benchmarks/topk_certification.py``
 (docs/results.md).
 
@@ -73,6 +79,27 @@ def certified_sample(scores: np.ndarray, bounds: np.ndarray, exact: Scorer, nois
     return _winner(upper, np.arange(upper.size), exact, noise, topk, -np.inf)
 
 
+def known_sample(scores: np.ndarray, ceiling: float, rounding: float, exact: Scorer,
+                 noise: Scorer, topk: int) -> Optional[Tuple[int, float, float]]:
+    """:func:`certified_sample` where the exact scores of the call settle the top
+    k, else None. Every score above ``ceiling`` is exact, in fp32 (no inexact one
+    lies above it), within ``rounding`` of its float64 value. Where the k-th best
+    of them lies more than twice that above both the next one and the ceiling,
+    the k best are the exact top k, in float64 too; only they are scored again."""
+    known = np.flatnonzero(scores > ceiling)
+    if known.size < topk:
+        return None
+    values = scores[known]
+    order = np.argsort(-values, kind="stable")[: topk + 1]
+    below = max(float(values[order[topk]]), ceiling) if known.size > topk else ceiling
+    if not values[order[topk - 1]] - below > 2 * rounding:
+        return None
+    members = known[order[:topk]]
+    values, drawn = exact(members), noise(members)
+    rank = int(np.argmax(values + drawn))
+    return int(members[rank]), float(values[rank]), float(drawn[rank])
+
+
 def _winner(upper: np.ndarray, ids: np.ndarray, exact: Scorer, noise: Scorer, topk: int,
             rest: float) -> Optional[Tuple[int, float, float]]:
     """:func:`certified_sample` among tokens ``ids`` with upper bounds ``upper``
@@ -111,11 +138,15 @@ class Inexact:
             call's ``bound``): every score above it is exact already.
         bounds_of: computes the (N, V) largest error of each score, on first use.
         exact: (position, ids) -> the exact scores (float64) of tokens ``ids``.
+        rounding: (N,) how far an exact score may lie from the call's fp32 one
+            (above the ceiling); none where omitted.
     """
 
     def __init__(self, ceiling: np.ndarray, bounds_of: Callable[[], np.ndarray],
-                 exact: Callable[[int, np.ndarray], np.ndarray]):
+                 exact: Callable[[int, np.ndarray], np.ndarray],
+                 rounding: Optional[np.ndarray] = None):
         self.ceiling, self.exact, self._bounds_of = ceiling, exact, bounds_of
+        self.rounding = np.zeros_like(ceiling) if rounding is None else rounding
         self._bounds: Optional[np.ndarray] = None
 
     @property

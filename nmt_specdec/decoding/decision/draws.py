@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 _WORD = 0xFFFFFFFF
+FEW = 32  # up to this many tokens of one position, the host hashes in Python integers
 
 
 def _permute(x: Tensor) -> Tensor:
@@ -68,8 +69,15 @@ def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """:func:`gumbel` of one row on the host, the same integer bits (int64 either
     way): (M,) float64 noise of tokens ``ids`` (M,) at output ``positions`` (M,,
     or one position for all: an integer)."""
-    hashed = _fold(np.int64(key), positions.astype(np.int64))
-    uniform = (_unit(hashed, ids.astype(np.int64)).astype(np.float64) + 0.5) / 2 ** 53
+    if np.ndim(positions) == 0 and ids.size <= FEW:
+        # Python integers: the same arithmetic (every value stays below 2**63),
+        # without a numpy call per operation on a handful of values.
+        hashed = _fold(int(key), int(positions))
+        words = np.array([_unit(hashed, int(token)) for token in ids.tolist()], dtype=np.int64)
+    else:
+        words = _unit(_fold(np.int64(key), np.asarray(positions).astype(np.int64)),
+                      ids.astype(np.int64))
+    uniform = (words.astype(np.float64) + 0.5) / 2 ** 53
     return _gumbel_of(torch.from_numpy(np.ascontiguousarray(uniform))).numpy()
 
 

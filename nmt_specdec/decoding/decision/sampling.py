@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.decision.certified import Inexact, certified_sample
+from nmt_specdec.decoding.decision.certified import Inexact, certified_sample, known_sample
 from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host
 
 
@@ -123,9 +123,11 @@ class SamplingRule(NamedTuple):
         logit is written into ``scores``, which the commit reads."""
         out = np.full(scores.shape, -np.inf)
         for row, position in enumerate(positions):
-            token, value, noise = certified_sample(
-                scores[row], inexact.bounds[row], partial(inexact.exact, row),
-                partial(gumbel_host, key, np.int64(position)), self.topk)
+            exact, draw = partial(inexact.exact, row), partial(gumbel_host, key, np.int64(position))
+            found = known_sample(scores[row], inexact.ceiling[row], inexact.rounding[row], exact,
+                                 draw, self.topk)
+            token, value, noise = found or certified_sample(
+                scores[row], inexact.bounds[row], exact, draw, self.topk)
             scores[row, token] = value
             out[row, token] = value - normaliser[row] + noise
         return out

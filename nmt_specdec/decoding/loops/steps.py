@@ -259,7 +259,8 @@ def inexact_row(verifier: VerifierCalls, verified: Verified, row: int,
             values[ids == rules.unk] -= rules.unk_penalty
         return values
 
-    return Inexact(ceiling, lambda: check.bounds(hidden) / np.float32(temperature), exact)
+    return Inexact(ceiling, lambda: check.bounds(hidden) / np.float32(temperature), exact,
+                   check.rounding(hidden) / temperature)
 
 
 def certify_rows(parts: "LoopParts", verified: Verified, logits: Tensor, inputs: Tensor,

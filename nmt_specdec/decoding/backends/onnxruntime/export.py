@@ -43,7 +43,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     VERIFY_ROWS,
     export_graphs,
 )
-from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE
+from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE, CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.quantize import (
     COPY_BLOCK,
     DRAFT_BITS,
@@ -101,6 +101,8 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                 "draft_weights": [DRAFT_BITS, DRAFT_BLOCK],
                 # Unrolled into the draft graph, and not weights.
                 "refine": [refine_steps, shortlist], "draft_vocab": draft_vocab}
+    if certified:  # how many tokens the projection rescores in fp32
+        identity["candidates"] = CANDIDATES
     if verify_bits != 8:  # the copy's verify graph (absent from the 8-bit manifests)
         identity["verify_weights"] = [verify_bits, COPY_BLOCK,
                                       model.decoder.output_projection.out_features]
