@@ -183,6 +183,7 @@ def test_samples_as_the_fp32_verifier(shipped, monkeypatch, batch_size, k, topk,
     # need the checks.
     from nmt_specdec.decoding.decision import certified
     from nmt_specdec.decoding.decision.sampling import SamplingRule
+    from nmt_specdec.decoding.loops import single_row
 
     model, task, sources, backends = shipped
     rule, calls = SamplingRule(topk=topk), {"known": 0, "checked": 0}
@@ -198,6 +199,7 @@ def test_samples_as_the_fp32_verifier(shipped, monkeypatch, batch_size, k, topk,
         return sample(*args)
 
     monkeypatch.setattr(sampling_module, "known_sample", counted_known)
+    monkeypatch.setattr(single_row, "known_sample", counted_known)  # its K = 0 turns
     monkeypatch.setattr(sampling_module, "certified_sample", counted)
     ours = _decode(model, task, sources, backends[True], k, batch_size, unkpen, rule,
                    temperature)
@@ -246,7 +248,10 @@ def test_a_loose_bound_still_samples_as_the_fp32_verifier(shipped, monkeypatch):
     model, task, sources, backends = shipped
     bounds = ProjectionCheck.bounds
     monkeypatch.setattr(ProjectionCheck, "bounds", lambda self, h: 10 * bounds(self, h))
-    monkeypatch.setattr(sampling_module, "known_sample", lambda *args: None)
+    from nmt_specdec.decoding.loops import single_row
+
+    for module in (sampling_module, single_row):
+        monkeypatch.setattr(module, "known_sample", lambda *args: None)
     ours = _decode(model, task, sources[:16], backends[True], 2, 1, sampling=SamplingRule(10))
     monkeypatch.undo()
     theirs = _decode(model, task, sources[:16], backends[False], 2, 1, sampling=SamplingRule(10))

@@ -40,6 +40,8 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_host_,
     constrain_logits_,
 )
+from nmt_specdec.decoding.decision.certified import known_sample
+from nmt_specdec.decoding.decision.draws import gumbel_host
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
@@ -174,11 +176,11 @@ class _HostRow:
         """Step 3, accept: the decision, the (N, V) scores it read and the (N,)
         normaliser, all on the host."""
         options, rules = parts.options, parts.rules
-        if k == 0 and verified.decision is None and parts.sampling is None:
-            greedy = self._greedy(verified, rules, checks,
-                                  options.acceptance.margin)
-            if greedy is not None:
-                return greedy
+        if k == 0 and verified.decision is None:
+            quick = (self._greedy(verified, rules, checks, options.acceptance.margin)
+                     if parts.sampling is None else self._sampled(parts, verified, checks))
+            if quick is not None:
+                return quick
         # Beyond "never pad" (the call's own decision reads untempered raw scores).
         constrained = any(checks) or bool(rules.unk_penalty) or rules.temperature != 1
         exact = options.acceptance.exact
@@ -256,6 +258,34 @@ class _HostRow:
             if not row[token] > above[0]:
                 return None
         return (Decision(0, token, False, [0], []), flat,
+                self._host_view(verified.normaliser)[0])
+
+    def _sampled(self, parts: LoopParts, verified: Verified, checks: tuple
+                 ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:
+        """A sampled turn's :meth:`decide` (K = 0) read straight from the call's
+        buffers where the call's candidates settle the top k
+        (:func:`~..decision.certified.known_sample`): the same token, its exact
+        logit written into the scores the commit reads. None where the general
+        path must decide: no certified projection, a temperature or an unk
+        penalty (they move the scores and the ceiling), a cut other than top-k,
+        or candidates that do not settle it (the general path then writes the
+        same constraints again)."""
+        rules, check = parts.rules, parts.verifier.projection_check
+        if (verified.bound is None or check is None or not parts.sampling.certifiable
+                or rules.temperature != 1 or rules.unk_penalty
+                or verified.logits.dtype is not torch.float32 or verified.normaliser is None):
+            return None
+        flat = self._host_view(verified.logits)[0]  # (1, V)
+        row = constrain_host_(flat, len(self.committed) - 1, self.limit, rules, *checks)[0]
+        state = self._host_view(verified.hidden)[0]  # (1, C)
+        found = known_sample(row, float(self._host_view(verified.bound)[0, 0]),
+                             float(check.rounding(state[0])), partial(check.exact, state[0]),
+                             partial(gumbel_host, self.key, np.int64(len(self.committed))),
+                             parts.sampling.topk)
+        if found is None:
+            return None
+        row[found[0]] = found[1]
+        return (Decision(0, found[0], False, [0], []), flat,
                 self._host_view(verified.normaliser)[0])
 
     def _host_view(self, tensor: Tensor) -> np.ndarray:

@@ -118,8 +118,9 @@ class ProjectionCheck:
 
     def rounding(self, hidden: np.ndarray) -> np.ndarray:
         """(N,) how far the graph's fp32 logit of any token may lie from its exact
-        value: a sum of C products in fp32 is off by at most C * 2**-24 times the
-        sum of their sizes, at most ``max|h| * |w_j|_1``; doubled, as the bound."""
+        value, for final states ``hidden`` (N, C) (one state (C,): a number). A sum
+        of C products in fp32 is off by at most C * 2**-24 times the sum of their
+        sizes, at most ``max|h| * |w_j|_1``; doubled, as the bound."""
         return SAFETY * hidden.shape[-1] * 2.0 ** -24 * np.abs(hidden).max(-1) * self.widest
 
     def bounds(self, hidden: np.ndarray) -> np.ndarray:
