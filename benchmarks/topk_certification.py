@@ -122,9 +122,9 @@ def winner_rounds(task, model, generator, samples) -> dict:
     sample, winner, exact = certified.certified_sample, certified._winner, ProjectionCheck.exact
     known = certified.known_sample
 
-    def counted_known(*args):
+    def counted_known(*args, **kwargs):
         before = counts["calls"]
-        found = known(*args)
+        found = known(*args, **kwargs)
         counts["positions"] += found is not None
         counts["known"] += found is not None
         counts["one_round"] += found is not None and counts["calls"] - before == 1

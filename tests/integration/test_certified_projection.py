@@ -189,8 +189,8 @@ def test_samples_as_the_fp32_verifier(shipped, monkeypatch, batch_size, k, topk,
     rule, calls = SamplingRule(topk=topk), {"known": 0, "checked": 0}
     known, sample = certified.known_sample, certified.certified_sample
 
-    def counted_known(*args):
-        found = known(*args)
+    def counted_known(*args, **kwargs):
+        found = known(*args, **kwargs)
         calls["known"] += found is not None
         return found
 
@@ -251,7 +251,7 @@ def test_a_loose_bound_still_samples_as_the_fp32_verifier(shipped, monkeypatch):
     from nmt_specdec.decoding.loops import single_row
 
     for module in (sampling_module, single_row):
-        monkeypatch.setattr(module, "known_sample", lambda *args: None)
+        monkeypatch.setattr(module, "known_sample", lambda *args, **kwargs: None)
     ours = _decode(model, task, sources[:16], backends[True], 2, 1, sampling=SamplingRule(10))
     monkeypatch.undo()
     theirs = _decode(model, task, sources[:16], backends[False], 2, 1, sampling=SamplingRule(10))

@@ -164,3 +164,22 @@ def test_relaxed_acceptance_decides_as_on_exact_scores(beta, tau, use_ceiling):
         assert rule.passes_host(flat, drafts, parents) == expected
         assert (flat.argmax(1) == exact.argmax(1)).all()
     assert mismatched_on_inexact > 0  # the 8-bit scores alone would decide otherwise
+
+
+def test_near_noise_decides_clear_calls_and_the_noise_close_ones():
+    scores = np.array([4.0, 4.0, 1.0, -2.0], dtype=np.float32)
+    exact, calls = scores.astype(np.float64), []
+
+    def noise(ids):
+        calls.append(ids.size)
+        return np.array([0.0, 1e-12, 0.0, 0.0])[ids]
+
+    near = lambda ids: np.array([1e-12, 0.0, 0.0, 0.0])[ids]  # noqa: E731
+    # Tokens 0 and 1 tie within 2 * NEAR: the noise breaks it (token 1), not near's.
+    assert known_sample(scores, 0.0, 0.0, lambda ids: exact[ids], noise, 2, near)[0] == 1
+    assert calls == [2]
+    # A clear lead: near's draw alone.
+    calls.clear()
+    scores[1] = exact[1] = 3.0
+    found = known_sample(scores, 0.0, 0.0, lambda ids: exact[ids], noise, 2, near)
+    assert found == (0, 4.0, 1e-12) and calls == []

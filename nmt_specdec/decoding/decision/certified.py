@@ -46,6 +46,8 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
+from nmt_specdec.decoding.decision.draws import NEAR
+
 FIRST = 16  # tokens scored exactly before the first check (at least 2k)
 SHORTLIST = 256  # tokens with the largest upper bounds the checks look at first
 
@@ -80,12 +82,17 @@ def certified_sample(scores: np.ndarray, bounds: np.ndarray, exact: Scorer, nois
 
 
 def known_sample(scores: np.ndarray, ceiling: float, rounding: float, exact: Scorer,
-                 noise: Scorer, topk: int) -> Optional[Tuple[int, float, float]]:
+                 noise: Scorer, topk: int, near: Optional[Scorer] = None
+                 ) -> Optional[Tuple[int, float, float]]:
     """:func:`certified_sample` where the exact scores of the call settle the top
     k, else None. Every score above ``ceiling`` is exact, in fp32 (no inexact one
     lies above it), within ``rounding`` of its float64 value. Where the k-th best
     of them lies more than twice that above both the next one and the ceiling,
-    the k best are the exact top k, in float64 too; only they are scored again."""
+    the k best are the exact top k, in float64 too; only they are scored again.
+
+    ``near``: noise within :data:`~.draws.NEAR` of ``noise``, cheaper to draw; it
+    decides where the winner leads by more than twice that (``noise`` decides
+    closer calls), and the noise returned is then its own."""
     known = np.flatnonzero(scores > ceiling)
     if known.size < topk:
         return None
@@ -95,8 +102,13 @@ def known_sample(scores: np.ndarray, ceiling: float, rounding: float, exact: Sco
     if not values[order[topk - 1]] - below > 2 * rounding:
         return None
     members = known[order[:topk]]
-    values, drawn = exact(members), noise(members)
-    rank = int(np.argmax(values + drawn))
+    values = exact(members)
+    drawn = (near or noise)(members)
+    perturbed = values + drawn
+    rank = int(np.argmax(perturbed))
+    if near is not None and np.count_nonzero(perturbed > perturbed[rank] - 2 * NEAR) > 1:
+        drawn = noise(members)
+        rank = int(np.argmax(values + drawn))
     return int(members[rank]), float(values[rank]), float(drawn[rank])
 
 

@@ -27,6 +27,7 @@ from torch import Tensor
 
 _WORD = 0xFFFFFFFF
 FEW = 32  # up to this many tokens of one position, the host hashes in Python integers
+NEAR = 1e-10  # beyond gumbel_near's distance from gumbel_host: the logs differ in their last bits
 
 
 def _permute(x: Tensor) -> Tensor:
@@ -69,6 +70,30 @@ def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """:func:`gumbel` of one row on the host, the same integer bits (int64 either
     way): (M,) float64 noise of tokens ``ids`` (M,) at output ``positions`` (M,,
     or one position for all: an integer)."""
+    uniform = _uniform_host(key, positions, ids)
+    # _gumbel_of in place on the new array: the same torch logs, fewer calls.
+    noise = torch.from_numpy(uniform)
+    torch.log(noise, out=noise).neg_()
+    torch.log(noise, out=noise)
+    return np.negative(uniform, out=uniform)
+
+
+def gumbel_near(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """:func:`gumbel_host` with numpy's logs: within ``NEAR`` of its values.
+
+    After a runtime call the host's caches are cold, and a first torch call
+    costs several times a numpy one. numpy's float64 log and torch's differ in
+    the last bits only, so an argmax whose best perturbed value leads the next
+    by more than ``2 * NEAR`` is the same under either noise."""
+    uniform = _uniform_host(key, positions, ids)
+    np.log(uniform, out=uniform)
+    np.negative(uniform, out=uniform)
+    np.log(uniform, out=uniform)
+    return np.negative(uniform, out=uniform)
+
+
+def _uniform_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The (M,) float64 uniforms of :func:`gumbel_host`, in a new array."""
     if np.ndim(positions) == 0 and ids.size <= FEW:
         # Python integers: the same arithmetic (every value stays below 2**63),
         # without a numpy call per operation on a handful of values.
@@ -77,12 +102,7 @@ def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     else:
         words = _unit(_fold(np.int64(key), np.asarray(positions).astype(np.int64)),
                       ids.astype(np.int64))
-    uniform = (words.astype(np.float64) + 0.5) / 2 ** 53
-    # _gumbel_of in place on the new array: the same torch logs, fewer calls.
-    noise = torch.from_numpy(uniform)
-    torch.log(noise, out=noise).neg_()
-    torch.log(noise, out=noise)
-    return np.negative(uniform, out=uniform)
+    return (words.astype(np.float64) + 0.5) / 2 ** 53
 
 
 def _gumbel_of(uniform: Tensor) -> Tensor:

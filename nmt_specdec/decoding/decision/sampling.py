@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.decision.certified import Inexact, certified_sample, known_sample
-from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host
+from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host, gumbel_near
 
 
 class SamplingRule(NamedTuple):
@@ -125,7 +125,7 @@ class SamplingRule(NamedTuple):
         for row, position in enumerate(positions):
             exact, draw = partial(inexact.exact, row), partial(gumbel_host, key, np.int64(position))
             found = known_sample(scores[row], inexact.ceiling[row], inexact.rounding[row], exact,
-                                 draw, self.topk)
+                                 draw, self.topk, partial(gumbel_near, key, np.int64(position)))
             token, value, noise = found or certified_sample(
                 scores[row], inexact.bounds[row], exact, draw, self.topk)
             scores[row, token] = value

@@ -41,7 +41,7 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_logits_,
 )
 from nmt_specdec.decoding.decision.certified import known_sample
-from nmt_specdec.decoding.decision.draws import gumbel_host
+from nmt_specdec.decoding.decision.draws import gumbel_host, gumbel_near
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
@@ -278,10 +278,11 @@ class _HostRow:
         flat = self._host_view(verified.logits)[0]  # (1, V)
         row = constrain_host_(flat, len(self.committed) - 1, self.limit, rules, *checks)[0]
         state = self._host_view(verified.hidden)[0]  # (1, C)
+        position = np.int64(len(self.committed))
         found = known_sample(row, float(self._host_view(verified.bound)[0, 0]),
                              float(check.rounding(state[0])), partial(check.exact, state[0]),
-                             partial(gumbel_host, self.key, np.int64(len(self.committed))),
-                             parts.sampling.topk)
+                             partial(gumbel_host, self.key, position), parts.sampling.topk,
+                             near=partial(gumbel_near, self.key, position))
         if found is None:
             return None
         row[found[0]] = found[1]
