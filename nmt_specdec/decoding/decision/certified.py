@@ -28,9 +28,8 @@ Most positions need none of that: the call's scores above its ``ceiling`` are
 exact already (the projection scored its candidates in fp32), and where k of
 them lie above the ceiling by more than fp32's rounding, they are the exact
 top k. :func:`known_sample` takes the winner among them, reading no bound and
-no other token. How many
-positions the first round settles: ``benchmarks/topk_certification.py``
-(docs/results.md).
+no other token. How many positions each way settles:
+``benchmarks/topk_certification.py`` (docs/results.md).
 
 Relaxed acceptance (beta > 1) reads more than the best token too: whether a
 draft is among the top beta and within tau of the best. :func:`exact_best` and
