@@ -88,6 +88,7 @@ class CertifiedProjection(nn.Module):
         self.approx = _Approx(weight.t())
         self.register_buffer("rows", weight.clone())
         self.register_buffer("coef", error_coefficients(weight))
+        self.count = min(CANDIDATES, weight.size(0) - 1)  # a small vocabulary: all but one
 
     def forward(self, x: Tensor):
         approx = self.approx(x)  # (B, N, V)
@@ -95,11 +96,11 @@ class CertifiedProjection(nn.Module):
         stats = torch.stack([size.amax(dim=-1), size.sum(dim=-1), torch.ones_like(x[..., 0])],
                             dim=-1)  # (B, N, 3)
         upper = approx + torch.matmul(stats, self.coef)
-        top = upper.topk(CANDIDATES + 1, dim=-1)
-        candidates = top.indices[..., :CANDIDATES]  # (B, N, M)
+        top = upper.topk(self.count + 1, dim=-1)
+        candidates = top.indices[..., : self.count]  # (B, N, M)
         exact = torch.matmul(F.embedding(candidates, self.rows), x.unsqueeze(-1)).squeeze(-1)
         logits = approx.scatter(-1, candidates, exact)
-        return logits, top.values[..., CANDIDATES]
+        return logits, top.values[..., self.count]
 
 
 class ProjectionCheck:

@@ -1,0 +1,22 @@
+"""The certified projection's candidates (``backends/onnxruntime/projection.py``)
+on a vocabulary smaller than ``CANDIDATES``: every token but one rescored in fp32,
+the last one's upper bound as the call's bound (no token above it is inexact)."""
+
+from __future__ import annotations
+
+import torch
+
+from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES, CertifiedProjection
+
+
+def test_a_small_vocabulary_rescores_all_but_one_token():
+    torch.manual_seed(0)
+    vocab = CANDIDATES // 2
+    weight = torch.randn(vocab, 16)
+    states = torch.randn(2, 3, 16)
+    logits, bound = CertifiedProjection(weight)(states)
+    exact = states @ weight.t()
+    rescored = torch.isclose(logits, exact, atol=1e-5, rtol=0)
+    assert logits.shape == (2, 3, vocab) and bound.shape == (2, 3)
+    assert (rescored.sum(-1) >= vocab - 1).all()
+    assert not (~rescored & (exact > bound.unsqueeze(-1))).any()
