@@ -201,6 +201,7 @@ def test_samples_as_the_fp32_verifier(shipped, monkeypatch, batch_size, k, topk,
     monkeypatch.setattr(sampling_module, "known_sample", counted_known)
     monkeypatch.setattr(single_row, "known_sample", counted_known)  # its K = 0 turns
     monkeypatch.setattr(sampling_module, "certified_sample", counted)
+    monkeypatch.setattr(single_row, "certified_sample", counted)
     ours = _decode(model, task, sources, backends[True], k, batch_size, unkpen, rule,
                    temperature)
     monkeypatch.undo()

@@ -110,8 +110,10 @@ def test_the_known_sample_is_the_exact_top_k_sample_or_none(topk):
     for _ in range(400):
         exact, inexact, bounds, noise = make_case(rng, 2000, 20)
         scores, ceiling = graph_like(exact, inexact, bounds, True, candidates=64)
-        found = known_sample(scores.astype(np.float32), ceiling, 1e-6, lambda ids: exact[ids],
-                             lambda ids: noise[ids], topk)
+        candidates = np.argsort(-(inexact + bounds), kind="stable")[:64]
+        candidates = candidates[np.argsort(-scores[candidates], kind="stable")]  # best first
+        found = known_sample(scores.astype(np.float32), candidates, ceiling, 1e-6,
+                             lambda ids: exact[ids], lambda ids: noise[ids], topk)
         expected = brute_force(exact, noise, topk)
         if found is not None:
             answered += 1
@@ -130,9 +132,23 @@ def test_the_known_sample_leaves_room_for_fp32_rounding():
     scores = np.array([5.0, 3.0, 2.0005, 2.0, -1.0], dtype=np.float32)
     exact, noise = scores.astype(np.float64), np.zeros(5)
     args = (lambda ids: exact[ids], lambda ids: noise[ids], 3)
-    assert known_sample(scores, 2.0, 1e-4, *args)[0] == 0
-    assert known_sample(scores, 2.0, 1e-3, *args) is None
-    assert known_sample(scores, 2.5, 0.0, *args) is None  # two tokens known: too few
+    candidates = np.arange(5)  # the best first
+    assert known_sample(scores, candidates, 2.0, 1e-4, *args)[0] == 0
+    assert known_sample(scores, candidates, 2.0, 1e-3, *args) is None
+    assert known_sample(scores, candidates, 2.5, 0.0, *args) is None  # two tokens known: too few
+
+
+def test_the_known_sample_declines_where_a_constraint_moved_a_candidate():
+    # A forbidden token among the first k + 1 (its score -inf): the next
+    # candidate, unread, might belong to the top k.
+    exact, noise = np.array([5.0, 4.0, 3.0, 2.9, -1.0]), np.zeros(5)
+    args = (lambda ids: exact[ids], lambda ids: noise[ids], 2)
+    scores = exact.astype(np.float32)
+    assert known_sample(scores, np.arange(5), 0.0, 0.0, *args)[0] == 0
+    for forbidden in (0, 2):
+        moved = scores.copy()
+        moved[forbidden] = -np.inf
+        assert known_sample(moved, np.arange(5), 0.0, 0.0, *args) is None
 
 
 @pytest.mark.parametrize("use_ceiling", [True, False])
@@ -176,10 +192,12 @@ def test_near_noise_decides_clear_calls_and_the_noise_close_ones():
 
     near = lambda ids: np.array([1e-12, 0.0, 0.0, 0.0])[ids]  # noqa: E731
     # Tokens 0 and 1 tie within 2 * NEAR: the noise breaks it (token 1), not near's.
-    assert known_sample(scores, 0.0, 0.0, lambda ids: exact[ids], noise, 2, near)[0] == 1
+    candidates = np.arange(4)
+    assert known_sample(scores, candidates, 0.0, 0.0, lambda ids: exact[ids], noise, 2,
+                        near)[0] == 1
     assert calls == [2]
     # A clear lead: near's draw alone.
     calls.clear()
     scores[1] = exact[1] = 3.0
-    found = known_sample(scores, 0.0, 0.0, lambda ids: exact[ids], noise, 2, near)
+    found = known_sample(scores, candidates, 0.0, 0.0, lambda ids: exact[ids], noise, 2, near)
     assert found == (0, 4.0, 1e-12) and calls == []

@@ -52,6 +52,10 @@ class Verified(NamedTuple):
             takes :meth:`VerifierCalls.exact_logits`. Top-k sampling certifies its
             sample itself (:attr:`VerifierCalls.projection_check`). None: every
             logit exact.
+        rounding: (B, N) with ``bound``: how far the exact logits, sums in
+            fp32, may lie from their float64 values.
+        candidates: (B, N, M) with ``bound``: the ids of the exact logits, the
+            largest first (every logit above ``bound`` is one of them).
     """
 
     hidden: Tensor
@@ -59,6 +63,8 @@ class Verified(NamedTuple):
     normaliser: Optional[Tensor] = None
     decision: Optional[Tensor] = None
     bound: Optional[Tensor] = None
+    rounding: Optional[Tensor] = None
+    candidates: Optional[Tensor] = None
 
 
 class VerifierCalls:

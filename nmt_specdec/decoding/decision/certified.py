@@ -28,7 +28,8 @@ Most positions need none of that: the call's scores above its ``ceiling`` are
 exact already (the projection scored its candidates in fp32), and where k of
 them lie above the ceiling by more than fp32's rounding, they are the exact
 top k. :func:`known_sample` takes the winner among them, reading no bound and
-no other token. How many positions each way settles:
+no other token, and where it leads clearly, no float64 score either. How many
+positions each way settles:
 ``benchmarks/topk_certification.py`` (docs/results.md).
 
 Relaxed acceptance (beta > 1) reads more than the best token too: whether a
@@ -41,7 +42,8 @@ Shapes: V vocabulary, M tokens scored exactly.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+import math
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -80,35 +82,42 @@ def certified_sample(scores: np.ndarray, bounds: np.ndarray, exact: Scorer, nois
     return _winner(upper, np.arange(upper.size), exact, noise, topk, -np.inf)
 
 
-def known_sample(scores: np.ndarray, ceiling: float, rounding: float, exact: Scorer,
-                 noise: Scorer, topk: int, near: Optional[Scorer] = None
+def known_sample(scores: np.ndarray, candidates: np.ndarray, ceiling: float, rounding: float,
+                 exact: Scorer, noise: Scorer, topk: int,
+                 near: Optional[Callable[[List[int]], List[float]]] = None
                  ) -> Optional[Tuple[int, float, float]]:
     """:func:`certified_sample` where the exact scores of the call settle the top
-    k, else None. Every score above ``ceiling`` is exact, in fp32 (no inexact one
-    lies above it), within ``rounding`` of its float64 value. Where the k-th best
-    of them lies more than twice that above both the next one and the ceiling,
-    the k best are the exact top k, in float64 too; only they are scored again.
+    k, else None.
 
-    ``near``: noise within :data:`~.draws.NEAR` of ``noise``, cheaper to draw; it
-    decides where the winner leads by more than twice that (``noise`` decides
-    closer calls), and the noise returned is then its own."""
-    known = np.flatnonzero(scores > ceiling)
-    if known.size < topk:
+    ``candidates`` (M,): the tokens the call scored in fp32, the largest score
+    first; every score above ``ceiling`` is one of them, within ``rounding`` of
+    its float64 value. Where the first k + 1 keep that order in ``scores`` (no
+    constraint moved one) and the k-th lies more than twice ``rounding`` above
+    both the next one and the ceiling, the first k are the exact top k.
+
+    ``near``: noise within :data:`~.draws.NEAR` of ``noise``, as Python floats
+    (cheaper to draw). Where the winner on fp32 scores and that noise leads by
+    more than twice both distances, it is the exact winner, returned with its
+    fp32 score and that noise; closer calls score the k tokens exactly."""
+    if topk >= candidates.size:
         return None
-    values = scores[known]
-    order = np.argsort(-values, kind="stable")[: topk + 1]
-    below = max(float(values[order[topk]]), ceiling) if known.size > topk else ceiling
-    if not values[order[topk - 1]] - below > 2 * rounding:
+    ids = candidates[: topk + 1].tolist()
+    values = scores[ids].tolist()
+    if not (values[topk] > -math.inf and values[topk - 1] - max(values[topk], ceiling) > 2 * rounding
+            and all(a >= b for a, b in zip(values, values[1:]))):
         return None
-    members = known[order[:topk]]
-    values = exact(members)
-    drawn = (near or noise)(members)
-    perturbed = values + drawn
-    rank = int(np.argmax(perturbed))
-    if near is not None and np.count_nonzero(perturbed > perturbed[rank] - 2 * NEAR) > 1:
-        drawn = noise(members)
-        rank = int(np.argmax(values + drawn))
-    return int(members[rank]), float(values[rank]), float(drawn[rank])
+    members, values = ids[:topk], values[:topk]
+    if near is not None:
+        drawn = near(members)
+        perturbed = [value + draw for value, draw in zip(values, drawn)]
+        rank = max(range(topk), key=perturbed.__getitem__)
+        runner_up = max((p for i, p in enumerate(perturbed) if i != rank), default=-math.inf)
+        if perturbed[rank] - runner_up > 2 * (rounding + NEAR):
+            return members[rank], values[rank], drawn[rank]
+    chosen = np.array(members)
+    exact_values, drawn = exact(chosen), noise(chosen)
+    rank = int(np.argmax(exact_values + drawn))
+    return members[rank], float(exact_values[rank]), float(drawn[rank])
 
 
 def _winner(upper: np.ndarray, ids: np.ndarray, exact: Scorer, noise: Scorer, topk: int,
@@ -149,14 +158,18 @@ class Inexact:
             call's ``bound``): every score above it is exact already.
         bounds_of: computes the (N, V) largest error of each score, on first use.
         exact: (position, ids) -> the exact scores (float64) of tokens ``ids``.
+        candidates: (N, M) the tokens whose scores the call made exact; None
+            where unknown (no sample is then taken from them alone).
         rounding: (N,) how far an exact score may lie from the call's fp32 one
             (above the ceiling); none where omitted.
     """
 
     def __init__(self, ceiling: np.ndarray, bounds_of: Callable[[], np.ndarray],
                  exact: Callable[[int, np.ndarray], np.ndarray],
+                 candidates: Optional[np.ndarray] = None,
                  rounding: Optional[np.ndarray] = None):
         self.ceiling, self.exact, self._bounds_of = ceiling, exact, bounds_of
+        self.candidates = candidates
         self.rounding = np.zeros_like(ceiling) if rounding is None else rounding
         self._bounds: Optional[np.ndarray] = None
 

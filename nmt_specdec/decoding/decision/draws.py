@@ -21,13 +21,16 @@ Shapes: B rows, N positions, S tokens per position.
 
 from __future__ import annotations
 
+import math
+from typing import List, Sequence
+
 import numpy as np
 import torch
 from torch import Tensor
 
 _WORD = 0xFFFFFFFF
 FEW = 32  # up to this many tokens of one position, the host hashes in Python integers
-NEAR = 1e-10  # beyond gumbel_near's distance from gumbel_host: the logs differ in their last bits
+NEAR = 1e-10  # beyond gumbel_few's distance from gumbel_host: the logs differ in their last bits
 
 
 def _permute(x: Tensor) -> Tensor:
@@ -78,18 +81,17 @@ def gumbel_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.negative(uniform, out=uniform)
 
 
-def gumbel_near(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """:func:`gumbel_host` with numpy's logs: within ``NEAR`` of its values.
+def gumbel_few(key: int, position: int, ids: Sequence[int]) -> List[float]:
+    """:func:`gumbel_host` of a few tokens ``ids`` at one output ``position``, as
+    Python floats with the ``math`` module's logs: within ``NEAR`` of its values.
 
-    After a runtime call the host's caches are cold, and a first torch call
-    costs several times a numpy one. numpy's float64 log and torch's differ in
-    the last bits only, so an argmax whose best perturbed value leads the next
-    by more than ``2 * NEAR`` is the same under either noise."""
-    uniform = _uniform_host(key, positions, ids)
-    np.log(uniform, out=uniform)
-    np.negative(uniform, out=uniform)
-    np.log(uniform, out=uniform)
-    return np.negative(uniform, out=uniform)
+    After a runtime call the host's caches are cold, and each numpy or torch call
+    costs several times its work; Python integers and floats hash and log a
+    handful of tokens in fewer. The logs differ from torch's in the last bits
+    only, so an argmax whose best perturbed value leads the next by more than
+    ``2 * NEAR`` is the same under either noise."""
+    hashed = _fold(int(key), int(position))
+    return [-math.log(-math.log((_unit(hashed, token) + 0.5) / 2 ** 53)) for token in ids]
 
 
 def _uniform_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:

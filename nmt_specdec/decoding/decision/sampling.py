@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.decision.certified import Inexact, certified_sample, known_sample
-from nmt_specdec.decoding.decision.draws import gumbel, gumbel_host, gumbel_near
+from nmt_specdec.decoding.decision.draws import gumbel, gumbel_few, gumbel_host
 
 
 class SamplingRule(NamedTuple):
@@ -119,13 +119,14 @@ class SamplingRule(NamedTuple):
                        key: int, positions: Sequence[int]) -> np.ndarray:
         """:meth:`perturbed_host` where ``scores`` (N, V), float32 constrained
         logits with their ``normaliser`` (N,), are inexact (:mod:`.certified`):
-        (N, V) float64, ``-inf`` but at each position's sample. Each sample's exact
-        logit is written into ``scores``, which the commit reads."""
+        (N, V) float64, ``-inf`` but at each position's sample. Each sample's logit,
+        exact to fp32's rounding, is written into ``scores``, which the commit reads."""
         out = np.full(scores.shape, -np.inf)
         for row, position in enumerate(positions):
             exact, draw = partial(inexact.exact, row), partial(gumbel_host, key, np.int64(position))
-            found = known_sample(scores[row], inexact.ceiling[row], inexact.rounding[row], exact,
-                                 draw, self.topk, partial(gumbel_near, key, np.int64(position)))
+            found = None if inexact.candidates is None else known_sample(
+                scores[row], inexact.candidates[row], inexact.ceiling[row], inexact.rounding[row],
+                exact, draw, self.topk, partial(gumbel_few, key, position))
             token, value, noise = found or certified_sample(
                 scores[row], inexact.bounds[row], exact, draw, self.topk)
             scores[row, token] = value

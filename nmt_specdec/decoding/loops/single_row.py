@@ -40,8 +40,8 @@ from nmt_specdec.decoding.decision.constraints import (
     constrain_host_,
     constrain_logits_,
 )
-from nmt_specdec.decoding.decision.certified import known_sample
-from nmt_specdec.decoding.decision.draws import gumbel_host, gumbel_near
+from nmt_specdec.decoding.decision.certified import certified_sample, known_sample
+from nmt_specdec.decoding.decision.draws import gumbel_few, gumbel_host
 from nmt_specdec.decoding.decision.sampling import draft_lprobs
 from nmt_specdec.decoding.decision.scores import normaliser
 from nmt_specdec.decoding.decision.tree import Decision, accept_host
@@ -263,31 +263,30 @@ class _HostRow:
     def _sampled(self, parts: LoopParts, verified: Verified, checks: tuple
                  ) -> Optional[Tuple[Decision, np.ndarray, np.ndarray]]:
         """A sampled turn's :meth:`decide` (K = 0) read straight from the call's
-        buffers where the call's candidates settle the top k
-        (:func:`~..decision.certified.known_sample`): the same token, its exact
-        logit written into the scores the commit reads. None where the general
+        buffers: the token of :mod:`~..decision.certified` (from the call's
+        candidates where they settle the top k, else from the checks), its logit
+        (exact to fp32's rounding) written into the scores the commit reads. None where the general
         path must decide: no certified projection, a temperature or an unk
-        penalty (they move the scores and the ceiling), a cut other than top-k,
-        or candidates that do not settle it (the general path then writes the
-        same constraints again)."""
+        penalty (they move the scores and the ceiling), or a cut other than top-k."""
         rules, check = parts.rules, parts.verifier.projection_check
         if (verified.bound is None or check is None or not parts.sampling.certifiable
                 or rules.temperature != 1 or rules.unk_penalty
                 or verified.logits.dtype is not torch.float32 or verified.normaliser is None):
             return None
-        flat = self._host_view(verified.logits)[0]  # (1, V)
+        view = self._host_view
+        flat = view(verified.logits)[0]  # (1, V)
         row = constrain_host_(flat, len(self.committed) - 1, self.limit, rules, *checks)[0]
-        state = self._host_view(verified.hidden)[0]  # (1, C)
-        position = np.int64(len(self.committed))
-        found = known_sample(row, float(self._host_view(verified.bound)[0, 0]),
-                             float(check.rounding(state[0])), partial(check.exact, state[0]),
-                             partial(gumbel_host, self.key, position), parts.sampling.topk,
-                             near=partial(gumbel_near, self.key, position))
+        position, topk = np.int64(len(self.committed)), parts.sampling.topk
+        noise = partial(gumbel_host, self.key, position)
+        found = known_sample(row, view(verified.candidates)[0, 0], float(view(verified.bound)[0, 0]),
+                             float(view(verified.rounding)[0, 0]),
+                             partial(check.exact, view(verified.hidden)[0, 0]), noise, topk,
+                             near=partial(gumbel_few, self.key, position))
         if found is None:
-            return None
+            inexact = inexact_row(parts.verifier, verified, 0, flat, rules)
+            found = certified_sample(row, inexact.bounds[0], partial(inexact.exact, 0), noise, topk)
         row[found[0]] = found[1]
-        return (Decision(0, found[0], False, [0], []), flat,
-                self._host_view(verified.normaliser)[0])
+        return Decision(0, found[0], False, [0], []), flat, view(verified.normaliser)[0]
 
     def _host_view(self, tensor: Tensor) -> np.ndarray:
         """``tensor``'s numpy view, made once per buffer: a graph backend returns

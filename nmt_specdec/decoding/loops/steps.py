@@ -259,8 +259,10 @@ def inexact_row(verifier: VerifierCalls, verified: Verified, row: int,
             values[ids == rules.unk] -= rules.unk_penalty
         return values
 
+    # An unk penalty moves one candidate's score: their order no longer holds.
+    candidates = None if rules.unk_penalty else verified.candidates[row].numpy()
     return Inexact(ceiling, lambda: check.bounds(hidden) / np.float32(temperature), exact,
-                   check.rounding(hidden) / temperature)
+                   candidates, verified.rounding[row].numpy() / temperature)
 
 
 def certify_rows(parts: "LoopParts", verified: Verified, logits: Tensor, inputs: Tensor,
@@ -280,9 +282,11 @@ def certify_rows(parts: "LoopParts", verified: Verified, logits: Tensor, inputs:
 def _tempered(verified: Verified, temperature: float) -> Verified:
     """``verified`` with its logits (and the bound above its inexact ones) divided
     by ``temperature``; the normaliser is then recomputed from them."""
-    bound = None if verified.bound is None else verified.bound / temperature
+    if verified.bound is not None:
+        verified = verified._replace(bound=verified.bound / temperature,
+                                     rounding=verified.rounding / temperature)
     return verified._replace(logits=verified.logits / temperature, normaliser=None,
-                             bound=bound, decision=None)
+                             decision=None)
 
 
 def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: float) -> None:

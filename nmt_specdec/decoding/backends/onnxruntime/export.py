@@ -55,7 +55,7 @@ from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 34  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 37  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 

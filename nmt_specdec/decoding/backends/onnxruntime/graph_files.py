@@ -119,6 +119,7 @@ _VERIFY_OUTPUTS = {"logits": {0: "batch", 1: "new"}, "normaliser": {0: "batch", 
                    "hidden": {0: "batch", 1: "new"},
                    "new_keys": {0: "layers_batch", 2: "new"},
                    "new_values": {0: "layers_batch", 2: "new"}}
+_CERTIFIED_OUTPUTS = {name: {0: "batch", 1: "new"} for name in ("bound", "rounding", "candidates")}
 
 
 def _verify_inputs(layers: int, extra: Optional[Dict] = None) -> Dict:
@@ -168,7 +169,7 @@ def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor
              chain, *self_inputs,
              *past, *memory.cross),
             out / VERIFY, _verify_inputs(len(verifier.layers)),
-            {**_VERIFY_OUTPUTS, **({"bound": {0: "batch", 1: "new"}} if certified else {})})
+            {**_VERIFY_OUTPUTS, **(_CERTIFIED_OUTPUTS if certified else {})})
 
 
 def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:

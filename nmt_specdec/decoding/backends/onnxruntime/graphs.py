@@ -222,8 +222,9 @@ class VerifyGraph(nn.Module):
     (fairseq's scores are log-probabilities: in the graph it is cheaper than in
     torch after the call, on logits that have just left the runtime),
     ``hidden`` (B, N, C), ``new_keys`` and ``new_values``
-    (L, B, H, N, D); with ``certified``, ``bound`` (B, N) too: the logits come
-    from the 8-bit projection of :mod:`.projection`, exact only above ``bound``.
+    (L, B, H, N, D); with ``certified``, ``bound`` (B, N), ``rounding``
+    (B, N) and ``candidates`` (B, N, M) too: the logits come from the 8-bit
+    projection of :mod:`.projection`, exact only above ``bound``.
     ``same_bits``: a position scores the same bits in a pass over any number of
     positions (:func:`_attend_rows`; ~15% slower at batch 1 on an AMD EPYC; the
     8-bit graphs, whose activation quantization turns last-bit differences into
@@ -272,15 +273,14 @@ class VerifyGraph(nn.Module):
         # Reshape makes is copied into the bound buffer (~1 MB of logits at batch 32).
         x = rows.unflatten(norm_if(True, x, lean.final_norm))
         if self.projection is None:
-            logits, bound = torch.matmul(x, lean.output_t), None  # (B, N, V)
+            logits, certified = torch.matmul(x, lean.output_t), ()  # (B, N, V)
         else:
-            logits, bound = self.projection(x)
+            logits, *certified = self.projection(x)
         # Spelled out: ONNX Runtime's ReduceLogSumExp is several times slower here.
         best = logits.amax(dim=-1, keepdim=True)
         lse = (best + (logits - best).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
         # (L*B, H, N, D): the memory of (L, B, H, N, D) without L Unsqueeze ops.
-        outputs = (logits, lse, x, torch.cat(new_keys), torch.cat(new_values))
-        return outputs if bound is None else (*outputs, bound)
+        return (logits, lse, x, torch.cat(new_keys), torch.cat(new_values), *certified)
 
 
 class DraftGraph(nn.Module):

@@ -76,7 +76,12 @@ def error_coefficients(weight: Tensor) -> Tensor:
 
 
 class CertifiedProjection(nn.Module):
-    """``x`` (B, N, C) -> ``logits`` (B, N, V), ``bound`` (B, N), see the module doc.
+    """``x`` (B, N, C) -> ``logits`` (B, N, V), ``bound`` (B, N), ``rounding``
+    (B, N) how far the exact logits may lie from their float64 values
+    (:func:`rounding_scale`) and ``candidates`` (B, N, M) their ids, the largest
+    logit first; see the module doc. The host's top-k sampling reads the last
+    two: M scores instead of V, and no pass over the state
+    (:func:`~nmt_specdec.decoding.decision.certified.known_sample`).
 
     Args:
         weight: (V, C) the fp32 output projection (no bias: fairseq's has none).
@@ -89,6 +94,7 @@ class CertifiedProjection(nn.Module):
         self.register_buffer("rows", weight.clone())
         self.register_buffer("coef", error_coefficients(weight))
         self.count = min(CANDIDATES, weight.size(0) - 1)  # a small vocabulary: all but one
+        self.per_norm_h = rounding_scale(weight)
 
     def forward(self, x: Tensor):
         approx = self.approx(x)  # (B, N, V)
@@ -100,7 +106,19 @@ class CertifiedProjection(nn.Module):
         candidates = top.indices[..., : self.count]  # (B, N, M)
         exact = torch.matmul(F.embedding(candidates, self.rows), x.unsqueeze(-1)).squeeze(-1)
         logits = approx.scatter(-1, candidates, exact)
-        return logits, top.values[..., self.count]
+        ranked = candidates.gather(-1, exact.topk(self.count, dim=-1).indices)  # best first
+        rounding = torch.linalg.vector_norm(x, dim=-1) * self.per_norm_h
+        return logits, top.values[..., self.count], rounding, ranked
+
+
+def rounding_scale(weight: Tensor) -> float:
+    """How far the fp32 logit of any token may lie from its exact value, per unit
+    of ``|h|_2``. A sum of C products in fp32 is off by at most C * 2**-24 times
+    the sum of their sizes, at most ``|h|_2 * |w_j|_2`` (Cauchy-Schwarz; several
+    times tighter than ``max|h| * |w_j|_1`` where a few components of ``h``
+    dominate); doubled, as the bound."""
+    longest = float(weight.detach().float().norm(dim=1).max())  # the largest |w_j|_2
+    return SAFETY * weight.size(1) * 2.0 ** -24 * longest
 
 
 class ProjectionCheck:
@@ -115,14 +133,6 @@ class ProjectionCheck:
     def __init__(self, weight: Tensor):
         self.rows = weight.detach().float().numpy()  # (V, C)
         self.coef = error_coefficients(weight).numpy()  # (3, V)
-        self.widest = float(np.abs(self.rows).sum(axis=1).max())  # the largest |w_j|_1
-
-    def rounding(self, hidden: np.ndarray) -> np.ndarray:
-        """(N,) how far the graph's fp32 logit of any token may lie from its exact
-        value, for final states ``hidden`` (N, C) (one state (C,): a number). A sum
-        of C products in fp32 is off by at most C * 2**-24 times the sum of their
-        sizes, at most ``max|h| * |w_j|_1``; doubled, as the bound."""
-        return SAFETY * hidden.shape[-1] * 2.0 ** -24 * np.abs(hidden).max(-1) * self.widest
 
     def bounds(self, hidden: np.ndarray) -> np.ndarray:
         """(N, V) float32: how far each 8-bit logit of final states ``hidden`` (N, C)

@@ -213,7 +213,7 @@ class OrtVerifier(VerifierCalls):
         keys = take("keys", (b.layers * batch, b.heads, new, b.dim // b.heads))
         values = take("values", keys.shape)
         past = self._past_views(cache)
-        decision, bound, session = None, None, None
+        decision, certified, session = None, (), None
         if self._fused_turn(new):
             # These are the drafts it just proposed: the call also accepts and drafts
             # the next block, which its next proposal reads (before the next verify).
@@ -230,14 +230,15 @@ class OrtVerifier(VerifierCalls):
         else:
             outputs = [logits, lse, hidden, keys, values]
             if b.certified:
-                bound = take("bound", (batch, new))
-                outputs.append(bound)
+                certified = (take("bound", (batch, new)), take("rounding", (batch, new)),
+                             take("candidates", (batch, new, CANDIDATES), torch.long))
+                outputs += certified
             session = self._graph_of.get(cache, self.session)
             session.run([tokens, start, cross.mask, offsets, *self_inputs, *past,
                          *cross.cross], outputs)
         shape = (b.layers, batch, *keys.shape[1:])
         new_kv = (keys.view(shape), values.view(shape))
-        verified = Verified(hidden, logits, lse, decision, bound)
+        verified = Verified(hidden, logits, lse, decision, *certified)
         self._repeat = None if session is None else _Repeat(
             tokens, start, offsets, cross, (cache.key, cache.value), self_inputs[0], session,
             session.bindings, verified, new_kv)
