@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from nmt_specdec import logs  # noqa: E402
 from nmt_specdec.shipped_models import ShippedModel  # noqa: E402
 
 
@@ -229,6 +230,7 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    logs.setup(verbose=False)  # fairseq's import-time INFO lines (tensorboardX) stay quiet
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model)
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
