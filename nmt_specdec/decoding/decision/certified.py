@@ -158,8 +158,9 @@ class Inexact:
             call's ``bound``): every score above it is exact already.
         bounds_of: computes the (N, V) largest error of each score, on first use.
         exact: (position, ids) -> the exact scores (float64) of tokens ``ids``.
-        candidates: (N, M) the tokens whose scores the call made exact; None
-            where unknown (no sample is then taken from them alone).
+        candidates: (N, M) the tokens whose scores the call made exact, the
+            largest first; None where unknown or where a constraint may reorder
+            them (no sample is then taken from them alone).
         rounding: (N,) how far an exact score may lie from the call's fp32 one
             (above the ceiling); none where omitted.
     """
