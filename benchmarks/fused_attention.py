@@ -45,12 +45,9 @@ class _FusedAttention(torch.autograd.Function):
     @staticmethod
     def symbolic(g, q, k, v, bias, heads, scale):
         out = g.op("com.microsoft::MultiHeadAttention", q, k, v, bias, num_heads_i=heads,
-                   scale_f=_SCALE[0])
+                   scale_f=scale)
         out.setType(q.type())  # (B, N, C), as the queries
         return out
-
-
-_SCALE = [0.0]  # the layer's 1/sqrt(D): a constant the symbolic reads
 
 
 def _fused_layer(w, x, self_kv, self_mask, cross, attention=None, rows=None):
@@ -58,12 +55,12 @@ def _fused_layer(w, x, self_kv, self_mask, cross, attention=None, rows=None):
     with both attentions fused (``attention`` ignored: the fp32 verify graph's)."""
     from nmt_specdec.decoding.backends.onnxruntime import graphs as g
 
-    pre, heads, dim = w.normalize_before, w.heads, w.self_out[1].size(0)
-    _SCALE[0] = (dim // heads) ** -0.5
+    pre, heads, dim = w.normalize_before, w.heads, int(w.self_out[1].size(0))
+    scale = (dim // heads) ** -0.5  # a Python float: an attribute of the node
 
     def attend(q, keys, values, mask):
         q = rows.unflatten(q) if rows is not None else q
-        out = _FusedAttention.apply(q, keys, values, _bias(mask), heads, _SCALE[0])
+        out = _FusedAttention.apply(q, keys, values, _bias(mask), heads, scale)
         return rows.flatten(out) if rows is not None else out
 
     h = g.norm_if(pre, x, w.self_norm)

@@ -101,8 +101,8 @@ def known_sample(scores: np.ndarray, candidates: np.ndarray, ceiling: float, rou
     fp32 score and that noise; closer calls score the k tokens exactly."""
     if topk >= candidates.size:
         return None
-    ids = candidates[: topk + 1].tolist()
-    values = scores[ids].tolist()
+    first = candidates[: topk + 1]
+    ids, values = first.tolist(), scores[first].tolist()
     if not (values[topk] > -math.inf and values[topk - 1] - max(values[topk], ceiling) > 2 * rounding
             and all(a >= b for a, b in zip(values, values[1:]))):
         return None

@@ -90,17 +90,21 @@ def gumbel_few(key: int, position: int, ids: Sequence[int]) -> List[float]:
     handful of tokens in fewer. The logs differ from torch's in the last bits
     only, so an argmax whose best perturbed value leads the next by more than
     ``2 * NEAR`` is the same under either noise."""
+    return [-math.log(-math.log((word + 0.5) / 2 ** 53)) for word in _few_words(key, position, ids)]
+
+
+def _few_words(key: int, position: int, ids: Sequence[int]) -> List[int]:
+    """:func:`_unit`'s words of a few tokens at one position in Python integers:
+    the same arithmetic as the tensor form (every value stays below 2**63),
+    without a numpy call per operation on a handful of values."""
     hashed = _fold(int(key), int(position))
-    return [-math.log(-math.log((_unit(hashed, token) + 0.5) / 2 ** 53)) for token in ids]
+    return [_unit(hashed, int(token)) for token in ids]
 
 
 def _uniform_host(key: int, positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """The (M,) float64 uniforms of :func:`gumbel_host`, in a new array."""
     if np.ndim(positions) == 0 and ids.size <= FEW:
-        # Python integers: the same arithmetic (every value stays below 2**63),
-        # without a numpy call per operation on a handful of values.
-        hashed = _fold(int(key), int(positions))
-        words = np.array([_unit(hashed, int(token)) for token in ids.tolist()], dtype=np.int64)
+        words = np.array(_few_words(key, positions, ids.tolist()), dtype=np.int64)
     else:
         words = _unit(_fold(np.int64(key), np.asarray(positions).astype(np.int64)),
                       ids.astype(np.int64))
