@@ -12,14 +12,16 @@ trained to draft from the verifier's state and last token), drafts slots
 decides every token (beta = 1), so every row must equal greedy. ``shared``
 rows keep no cache for the copy: its one call feeds the last committed token
 over the fp32 verifier's own cache (exact keys and values before it), and
-the slot it writes there is written again by the next verify call.
+the slot it writes there is written again by the next verify call. ``chain``
+rows: the copy alone as a chain drafter over the verifier's cache the same way
+(K calls of one token, no catch-up).
 
 Rows, interleaved sentence by sentence with the engine's greedy for ``--rounds``
-timed rounds (``benchmarks/auto_overhead.py``): the head alone, the copy alone
-and the copy then the head, at each ``--rows`` entry ``DRAFTER:K:REFINE``
-(``head``, ``copy``, ``both`` or ``shared``; REFINE the head's refinement runs). Prints tokens
-per iteration, acceptance per slot (given the slots before it), whether the
-output equals greedy's, and greedy s / row s (median and quartiles of the
+timed rounds (``benchmarks/auto_overhead.py``), one per ``--rows`` entry
+``DRAFTER:K:REFINE``: DRAFTER ``head`` (alone), ``copy`` (alone), ``both`` (the copy
+then the head), ``shared`` or ``chain``; REFINE the head's refinement runs. Prints
+tokens per iteration, acceptance per slot (given the slots before it), whether
+the output equals greedy's, and greedy s / row s (median and quartiles of the
 rounds). Batch 1, ONNX Runtime, fp32. It takes the evaluation's options::
 
     M=models/gettext-de-en-base T=work/gettext-heldout/raw
@@ -50,7 +52,7 @@ from nmt_specdec.evaluation import cli  # noqa: E402
 HEADER = ("| drafter | K | refine | tok/iter | acceptance per slot | = greedy | "
           "greedy s / row s |\n|---|---:|---:|---:|---|---:|---:|")
 DRAFTERS = {"head": "head", "copy": "verifier-int4", "both": "verifier-int4",
-            "shared": "verifier-int4"}
+            "shared": "verifier-int4", "chain": "verifier-int4"}
 
 
 class CopyThenHead(Drafter):
@@ -116,6 +118,39 @@ class SharedCacheCopyThenHead(CopyThenHead):
         return torch.cat([first, self.head.propose(after).view(1, -1)], dim=1)
 
 
+class SharedCacheCopy(Drafter):
+    """The 4-bit copy as a chain drafter (K calls of one token) that keeps no cache
+    of its own: each call reads the fp32 verifier's cache, the committed slots
+    exact, and writes its token's slot after them, which the next verify call
+    writes again (its inputs are the last committed token and these drafts)."""
+
+    def __init__(self, copy, verifier, pad: int):
+        self.copy, self.verifier, self.pad = copy, verifier, pad
+        self._start = torch.zeros(1, dtype=torch.long)
+        self._token = torch.zeros(1, 1, dtype=torch.long)
+
+    def start_batch(self, sample: dict, encoder_out: Any) -> None:
+        self.copy.start_batch(sample, encoder_out)
+
+    def keep_rows(self, rows: Tensor) -> None:
+        self.copy.keep_rows(rows)
+
+    def propose(self, request: DraftRequest) -> Tensor:
+        if request.anchor is None:
+            raise UserError("copy_then_head.py decodes at batch 1 (the single-row loop)")
+        position, token, _ = request.anchor
+        drafts = []
+        for slot in range(request.num_slots):
+            self._start[0], self._token[0, 0] = position + slot, token
+            verified = self.copy.verifier.verify(self._token, self._start, position + slot,
+                                                 self.verifier.last_cache, self.copy.cross, True)
+            scores = verified.logits[0, 0]
+            scores[self.pad] = -torch.inf
+            token = int(scores.argmax())
+            drafts.append(token)
+        return torch.tensor([drafts])
+
+
 def _record_cache(verifier) -> None:
     """Makes the fp32 verifier keep the last cache it made (the batch's) as ``last_cache``."""
     if hasattr(verifier, "last_cache"):
@@ -159,6 +194,13 @@ def hybrid(generator, shared: bool = False) -> CopyThenHead:
     return SharedCacheCopyThenHead(copy, head, verifier, generator.pad)
 
 
+def shared_copy(generator) -> SharedCacheCopy:
+    """The copy's chain over ``generator``'s fp32 verifier cache."""
+    verifier = generator.backend.verifier()
+    _record_cache(verifier)
+    return SharedCacheCopy(generator.drafter, verifier, generator.pad)
+
+
 def build_runs(cfg, rows: List[str]) -> Dict[str, Any]:
     """The engine's greedy and one run per ``DRAFTER:K:REFINE`` row, batch 1."""
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model, the safe loader)
@@ -183,6 +225,8 @@ def build_runs(cfg, rows: List[str]) -> Dict[str, Any]:
         generator = loading.build_generator(task, model, spec, cfg)
         if drafter in ("both", "shared"):
             generator.drafter = hybrid(generator, drafter == "shared")
+        elif drafter == "chain":
+            generator.drafter = shared_copy(generator)
         runs[row] = runner.Run(spec, 1, generator, model, batches)
     for run in runs.values():  # the first pass: warm-up, outputs and statistics
         runner.record_outputs(run, runner.decode_pass(task, run, device).hypotheses)
@@ -206,7 +250,7 @@ def main() -> int:
     logs.setup(verbose=False)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="+", default=["head:2:1", "copy:3:1", "both:3:1"],
-                        help="DRAFTER:K:REFINE each, DRAFTER head, copy, both or shared")
+                        help="DRAFTER:K:REFINE each, DRAFTER head, copy, both, shared or chain")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds, every row interleaved sentence by sentence")
     args, evaluate_args = parser.parse_known_args()

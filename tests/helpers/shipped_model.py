@@ -126,3 +126,16 @@ def shipped_generator(model, task, k: int = 0, candidates: int = 1, backend=None
     options = options or DecodingOptions(k=k, candidates=candidates)
     return SpecDecGenerator(model, task.target_dictionary, options, rules, backend=backend,
                             loop=loop)
+
+
+def onnx_greedy():
+    """The shipped model on ONNX Runtime (one thread), its hand-written sources and
+    their greedy output at batch 1: ``(model, task, backend, sources, greedy)``."""
+    from nmt_specdec.decoding.backends import make_backend
+
+    torch.set_num_threads(1)
+    model, task = load_model()
+    backend = make_backend("onnxruntime", model, task.target_dictionary)
+    sources = hand_written_sources(task)
+    greedy = decode_all(shipped_generator(model, task, backend=backend), model, task, sources, 1)
+    return model, task, backend, sources, greedy

@@ -18,7 +18,6 @@ ONNX graph drafts, token by token, for the fp32 verifier
 from __future__ import annotations
 
 import pytest
-import torch
 
 from nmt_specdec.decoding.options import DecodingOptions
 from nmt_specdec.errors import UserError
@@ -26,22 +25,14 @@ from tests.helpers.fairseq_toy import EXACT_BATCHING, PLUGINS_DIR, hypotheses, r
 from tests.helpers.shipped_model import (
     assert_same_decoding,
     decode_all,
-    hand_written_sources,
-    load_model,
+    onnx_greedy,
     shipped_generator,
 )
 
 
 @pytest.fixture(scope="module")
 def shipped(onnx_cache):
-    from nmt_specdec.decoding.backends import make_backend
-
-    torch.set_num_threads(1)
-    model, task = load_model()
-    backend = make_backend("onnxruntime", model, task.target_dictionary)
-    sources = hand_written_sources(task)
-    greedy = decode_all(shipped_generator(model, task, backend=backend), model, task,
-                        sources, 1)
+    model, task, backend, sources, greedy = onnx_greedy()
     return model, task, sources, backend, greedy
 
 

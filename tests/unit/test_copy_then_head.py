@@ -3,19 +3,14 @@ on the copy's draft and state, the slots after it. The output is greedy's; slot 
 is kept about as often as the copy's drafts, the head's slots after it about as
 often as the head's own first slots (a head anchored on the wrong state,
 position or token would fall far below). The copy reading the verifier's own
-cache instead of keeping one keeps the output greedy's too."""
+cache instead of keeping one (for slot 1, or as a chain of K calls) keeps the
+output greedy's too."""
 
 import pytest
-import torch
 
-from benchmarks.copy_then_head import hybrid
+from benchmarks.copy_then_head import hybrid, shared_copy
 from nmt_specdec.decoding.options import DecodingOptions
-from tests.helpers.shipped_model import (
-    decode_all,
-    hand_written_sources,
-    load_model,
-    shipped_generator,
-)
+from tests.helpers.shipped_model import decode_all, onnx_greedy, shipped_generator
 
 
 def _rates(stats) -> list:
@@ -25,23 +20,32 @@ def _rates(stats) -> list:
 
 @pytest.fixture(scope="module")
 def tiny(onnx_cache):
-    from nmt_specdec.decoding.backends import make_backend
+    return onnx_greedy()
 
-    torch.set_num_threads(1)
-    model, task = load_model()
-    backend = make_backend("onnxruntime", model, task.target_dictionary)
-    return model, task, backend, hand_written_sources(task)
+
+def _decoded(tiny, make=None):
+    """A K=3 generator after decoding the sources at batch 1, and its output: the
+    head drafting (``make`` None), or ``make(generator)``'s drafter in place of the
+    4-bit copy's."""
+    model, task, backend, sources, _ = tiny
+    kind = "head" if make is None else "verifier-int4"
+    generator = shipped_generator(model, task, backend=backend,
+                                  options=DecodingOptions(k=3, drafter=kind))
+    if make is not None:
+        generator.drafter = make(generator)
+    return generator, decode_all(generator, model, task, sources, 1)
+
+
+def _first(generator) -> float:
+    return generator.stats.accepted_per_slot[0] / generator.stats.drafted_per_slot[0]
 
 
 def test_copy_slot_then_head_slots_keep_greedy_output(tiny):
-    model, task, backend, sources = tiny
-    greedy = decode_all(shipped_generator(model, task, backend=backend), model, task, sources, 1)
-    head = shipped_generator(model, task, backend=backend, options=DecodingOptions(k=3))
-    assert decode_all(head, model, task, sources, 1) == greedy
-    both = shipped_generator(model, task, backend=backend,
-                             options=DecodingOptions(k=3, drafter="verifier-int4"))
-    both.drafter = hybrid(both)
-    assert decode_all(both, model, task, sources, 1) == greedy
+    greedy = tiny[-1]
+    head, out = _decoded(tiny)
+    assert out == greedy
+    both, out = _decoded(tiny, hybrid)
+    assert out == greedy
     head_rates, both_rates = _rates(head.stats), _rates(both.stats)
     assert both_rates[0] > 0.9 > head_rates[0]  # the copy's slot
     # The head's first and second slots, one token later. On these 40 sentences (the
@@ -54,20 +58,21 @@ def test_copy_slot_then_head_slots_keep_greedy_output(tiny):
             > head.stats.tokens / head.stats.iterations + 0.3)
 
 
-def test_the_copy_over_the_verifiers_cache_keeps_greedy_output(tiny):
-    model, task, backend, sources = tiny
-    greedy = decode_all(shipped_generator(model, task, backend=backend), model, task, sources, 1)
-    own = shipped_generator(model, task, backend=backend,
-                            options=DecodingOptions(k=3, drafter="verifier-int4"))
-    own.drafter = hybrid(own)
-    shared = shipped_generator(model, task, backend=backend,
-                               options=DecodingOptions(k=3, drafter="verifier-int4"))
-    shared.drafter = hybrid(shared, shared=True)
-    assert decode_all(own, model, task, sources, 1) == greedy
-    # The copy's slot writes a slot of the verifier's cache; the next verify call
-    # writes it again before any call reads it: the output is still greedy's.
-    assert decode_all(shared, model, task, sources, 1) == greedy
-    # Every slot before the copy's input is the verifier's own: slot 1 is kept at
+OVER_THE_CACHE = {"slot 1": (hybrid, lambda generator: hybrid(generator, shared=True)),
+                  "chain": (lambda generator: generator.drafter, shared_copy)}
+
+
+@pytest.mark.parametrize("form", sorted(OVER_THE_CACHE))
+def test_the_copy_over_the_verifiers_cache_keeps_greedy_output(tiny, form):
+    greedy = tiny[-1]
+    own_cache, verifiers_cache = OVER_THE_CACHE[form]
+    own, out = _decoded(tiny, own_cache)
+    assert out == greedy
+    # The copy writes slots past the committed tokens in the verifier's cache; the
+    # next verify call, whose inputs start there, writes them again before any call
+    # reads them: the output is still greedy's.
+    over, out = _decoded(tiny, verifiers_cache)
+    assert out == greedy
+    # Every slot before the copy's inputs is the verifier's own: slot 1 is kept at
     # least as often as from the copy's own cache.
-    own_first = own.stats.accepted_per_slot[0] / own.stats.drafted_per_slot[0]
-    assert shared.stats.accepted_per_slot[0] / shared.stats.drafted_per_slot[0] >= own_first > 0.9
+    assert _first(over) >= _first(own) > 0.9
