@@ -56,8 +56,9 @@ DRAFTERS = {"head": "head", "copy": "verifier-int4", "both": "verifier-int4",
 
 
 class CopyThenHead(Drafter):
-    """Slot 1 from ``copy`` (a ``VerifierDrafter``), slots 2..K from ``head`` (an
-    ``OrtDrafter``) anchored on the copy's draft and the copy's state before it."""
+    """Slot 1 from ``copy`` (a ``VerifierDrafter``, or a :class:`SharedCacheCopy`),
+    slots 2..K from ``head`` (an ``OrtDrafter``) anchored on the copy's draft and the
+    copy's state before it."""
 
     def __init__(self, copy, head):
         self.copy, self.head = copy, head
@@ -80,40 +81,11 @@ class CopyThenHead(Drafter):
             return first
         if request.anchor is None:
             raise UserError("copy_then_head.py decodes at batch 1 (the single-row loop)")
-        # The copy's one call fed the tokens its cache lacked, the last committed
-        # one last: its state predicted the draft.
+        # The copy's one call fed the last committed token last (after those its own
+        # cache lacked): its state predicted the draft.
         position = request.anchor[0]
         after = request._replace(states=self.copy.verifier.last_hidden[:, -1],
                                  num_slots=request.num_slots - 1,
-                                 anchor=(position + 1, int(first[0, 0]), -1))
-        return torch.cat([first, self.head.propose(after).view(1, -1)], dim=1)
-
-
-class SharedCacheCopyThenHead(CopyThenHead):
-    """:class:`CopyThenHead` whose copy keeps no cache of its own: its one call
-    feeds the last committed token over the fp32 verifier's cache (every slot
-    before it exact). It writes that slot, which the next verify call writes
-    again (its inputs start there) before any call reads it."""
-
-    def __init__(self, copy, head, verifier, pad: int):
-        super().__init__(copy, head)
-        self.verifier, self.pad = verifier, pad
-        self._start = torch.zeros(1, dtype=torch.long)
-
-    def propose(self, request: DraftRequest) -> Tensor:
-        if request.anchor is None:
-            raise UserError("copy_then_head.py decodes at batch 1 (the single-row loop)")
-        position = request.anchor[0]
-        self._start[0] = position
-        verified = self.copy.verifier.verify(request.prefix[:, position:position + 1],
-                                             self._start, position, self.verifier.last_cache,
-                                             self.copy.cross, True)
-        scores = verified.logits[0, 0]
-        scores[self.pad] = -torch.inf
-        first = scores.argmax().view(1, 1)
-        if request.num_slots == 1:
-            return first
-        after = request._replace(states=verified.hidden[:, 0], num_slots=request.num_slots - 1,
                                  anchor=(position + 1, int(first[0, 0]), -1))
         return torch.cat([first, self.head.propose(after).view(1, -1)], dim=1)
 
@@ -124,10 +96,15 @@ class SharedCacheCopy(Drafter):
     exact, and writes its token's slot after them, which the next verify call
     writes again (its inputs are the last committed token and these drafts)."""
 
-    def __init__(self, copy, verifier, pad: int):
-        self.copy, self.verifier, self.pad = copy, verifier, pad
+    def __init__(self, copy, fp32, pad: int):
+        self.copy, self.fp32, self.pad = copy, fp32, pad
         self._start = torch.zeros(1, dtype=torch.long)
         self._token = torch.zeros(1, 1, dtype=torch.long)
+
+    @property
+    def verifier(self):
+        """The copy's model calls (as ``VerifierDrafter.verifier``)."""
+        return self.copy.verifier
 
     def start_batch(self, sample: dict, encoder_out: Any) -> None:
         self.copy.start_batch(sample, encoder_out)
@@ -142,8 +119,8 @@ class SharedCacheCopy(Drafter):
         drafts = []
         for slot in range(request.num_slots):
             self._start[0], self._token[0, 0] = position + slot, token
-            verified = self.copy.verifier.verify(self._token, self._start, position + slot,
-                                                 self.verifier.last_cache, self.copy.cross, True)
+            verified = self.verifier.verify(self._token, self._start, position + slot,
+                                            self.fp32.last_cache, self.copy.cross, True)
             scores = verified.logits[0, 0]
             scores[self.pad] = -torch.inf
             token = int(scores.argmax())
@@ -185,17 +162,13 @@ def hybrid(generator, shared: bool = False) -> CopyThenHead:
     from nmt_specdec.decoding.backends.onnxruntime.drafters import OrtDrafter
 
     backend = generator.backend
-    copy = generator.drafter  # built for --spec-drafter verifier-int4
     head = OrtDrafter(backend.model.draft_head.start_state.detach().clone(), backend)
-    if not shared:
-        return CopyThenHead(copy, head)
-    verifier = backend.verifier()
-    _record_cache(verifier)
-    return SharedCacheCopyThenHead(copy, head, verifier, generator.pad)
+    return CopyThenHead(shared_copy(generator) if shared else generator.drafter, head)
 
 
 def shared_copy(generator) -> SharedCacheCopy:
-    """The copy's chain over ``generator``'s fp32 verifier cache."""
+    """The copy's chain over ``generator``'s fp32 verifier cache (``generator`` built
+    for ``--spec-drafter verifier-int4``: its drafter is the copy)."""
     verifier = generator.backend.verifier()
     _record_cache(verifier)
     return SharedCacheCopy(generator.drafter, verifier, generator.pad)
