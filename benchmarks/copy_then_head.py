@@ -5,21 +5,16 @@ The head guesses K tokens from the verifier's state before the token the loop
 just committed (slot 1 kept ~70% of the time on the base model); the 4-bit copy
 (``--spec-drafter verifier-int4``) guesses each token as the verifier does but
 pays a call per drafted token. Here one copy call per iteration drafts slot 1
-(after the committed tokens its cache lacks), and the head, anchored on the
-copy's state that predicted that draft and on the draft itself (as it is
-trained to draft from the verifier's state and last token), drafts slots
-2..K: one copy call and one draft call an iteration. The fp32 verifier
-decides every token (beta = 1), so every row must equal greedy. ``shared``
-rows keep no cache for the copy: its one call feeds the last committed token
-over the fp32 verifier's own cache (exact keys and values before it), and
-the slot it writes there is written again by the next verify call. ``chain``
-rows: the copy alone as a chain drafter over the verifier's cache the same way
-(K calls of one token, no catch-up).
+(feeding the last committed token over the verifier's cache), and the head,
+anchored on the copy's state that predicted that draft and on the draft itself
+(as it is trained to draft from the verifier's state and last token), drafts
+slots 2..K: one copy call and one draft call an iteration. The fp32 verifier
+decides every token (beta = 1), so every row must equal greedy.
 
 Rows, interleaved sentence by sentence with the engine's greedy for ``--rounds``
 timed rounds (``benchmarks/auto_overhead.py``), one per ``--rows`` entry
-``DRAFTER:K:REFINE``: DRAFTER ``head`` (alone), ``copy`` (alone), ``both`` (the copy
-then the head), ``shared`` or ``chain``; REFINE the head's refinement runs. Prints
+``DRAFTER:K:REFINE``: DRAFTER ``head`` (alone), ``copy`` (alone) or ``both`` (the
+copy then the head); REFINE the head's refinement runs. Prints
 tokens per iteration, acceptance per slot (given the slots before it), whether
 the output equals greedy's, and greedy s / row s (median and quartiles of the
 rounds). Batch 1, ONNX Runtime, fp32. It takes the evaluation's options::
@@ -51,13 +46,11 @@ from nmt_specdec.evaluation import cli  # noqa: E402
 
 HEADER = ("| drafter | K | refine | tok/iter | acceptance per slot | = greedy | "
           "greedy s / row s |\n|---|---:|---:|---:|---|---:|---:|")
-DRAFTERS = {"head": "head", "copy": "verifier-int4", "both": "verifier-int4",
-            "shared": "verifier-int4", "chain": "verifier-int4"}
+DRAFTERS = {"head": "head", "copy": "verifier-int4", "both": "verifier-int4"}
 
 
 class CopyThenHead(Drafter):
-    """Slot 1 from ``copy`` (a ``VerifierDrafter``, or a :class:`SharedCacheCopy`),
-    slots 2..K from ``head`` (an ``OrtDrafter``) anchored on the copy's draft and the
+    """Slot 1 from ``copy`` (a ``VerifierDrafter``), slots 2..K from ``head`` (an ``OrtDrafter``) anchored on the copy's draft and the
     copy's state before it."""
 
     def __init__(self, copy, head):
@@ -81,64 +74,12 @@ class CopyThenHead(Drafter):
             return first
         if request.anchor is None:
             raise UserError("copy_then_head.py decodes at batch 1 (the single-row loop)")
-        # The copy's one call fed the last committed token last (after those its own
-        # cache lacked): its state predicted the draft.
+        # The copy's one call fed the last committed token: its state predicted the draft.
         position = request.anchor[0]
         after = request._replace(states=self.copy.verifier.last_hidden[:, -1],
                                  num_slots=request.num_slots - 1,
                                  anchor=(position + 1, int(first[0, 0]), -1))
         return torch.cat([first, self.head.propose(after).view(1, -1)], dim=1)
-
-
-class SharedCacheCopy(Drafter):
-    """The 4-bit copy as a chain drafter (K calls of one token) that keeps no cache
-    of its own: each call reads the fp32 verifier's cache, the committed slots
-    exact, and writes its token's slot after them, which the next verify call
-    writes again (its inputs are the last committed token and these drafts)."""
-
-    def __init__(self, copy, fp32, pad: int):
-        self.copy, self.fp32, self.pad = copy, fp32, pad
-        self._start = torch.zeros(1, dtype=torch.long)
-        self._token = torch.zeros(1, 1, dtype=torch.long)
-
-    @property
-    def verifier(self):
-        """The copy's model calls (as ``VerifierDrafter.verifier``)."""
-        return self.copy.verifier
-
-    def start_batch(self, sample: dict, encoder_out: Any) -> None:
-        self.copy.start_batch(sample, encoder_out)
-
-    def keep_rows(self, rows: Tensor) -> None:
-        self.copy.keep_rows(rows)
-
-    def propose(self, request: DraftRequest) -> Tensor:
-        if request.anchor is None:
-            raise UserError("copy_then_head.py decodes at batch 1 (the single-row loop)")
-        position, token, _ = request.anchor
-        drafts = []
-        for slot in range(request.num_slots):
-            self._start[0], self._token[0, 0] = position + slot, token
-            verified = self.verifier.verify(self._token, self._start, position + slot,
-                                            self.fp32.last_cache, self.copy.cross, True)
-            scores = verified.logits[0, 0]
-            scores[self.pad] = -torch.inf
-            token = int(scores.argmax())
-            drafts.append(token)
-        return torch.tensor([drafts])
-
-
-def _record_cache(verifier) -> None:
-    """Makes the fp32 verifier keep the last cache it made (the batch's) as ``last_cache``."""
-    if hasattr(verifier, "last_cache"):
-        return
-    new_cache = verifier.new_cache
-
-    def recording(*args):
-        verifier.last_cache = new_cache(*args)
-        return verifier.last_cache
-
-    verifier.new_cache, verifier.last_cache = recording, None
 
 
 def _record_states(verifier) -> None:
@@ -156,22 +97,14 @@ def _record_states(verifier) -> None:
     verifier.verify, verifier.last_hidden = recording, None
 
 
-def hybrid(generator, shared: bool = False) -> CopyThenHead:
-    """The copy-then-head drafter on ``generator``'s ONNX Runtime backend
-    (``shared``: the copy reads the verifier's cache)."""
+def hybrid(generator) -> CopyThenHead:
+    """The copy-then-head drafter on ``generator``'s ONNX Runtime backend (``generator``
+    built for ``--spec-drafter verifier-int4``: its drafter is the copy)."""
     from nmt_specdec.decoding.backends.onnxruntime.drafters import OrtDrafter
 
     backend = generator.backend
     head = OrtDrafter(backend.model.draft_head.start_state.detach().clone(), backend)
-    return CopyThenHead(shared_copy(generator) if shared else generator.drafter, head)
-
-
-def shared_copy(generator) -> SharedCacheCopy:
-    """The copy's chain over ``generator``'s fp32 verifier cache (``generator`` built
-    for ``--spec-drafter verifier-int4``: its drafter is the copy)."""
-    verifier = generator.backend.verifier()
-    _record_cache(verifier)
-    return SharedCacheCopy(generator.drafter, verifier, generator.pad)
+    return CopyThenHead(generator.drafter, head)
 
 
 def build_runs(cfg, rows: List[str]) -> Dict[str, Any]:
@@ -196,10 +129,8 @@ def build_runs(cfg, rows: List[str]) -> Dict[str, Any]:
         spec = specdec(k=int(k), beta=1, tau=0.0, backend="onnxruntime",
                        refine_steps=int(refine), drafter=DRAFTERS[drafter])
         generator = loading.build_generator(task, model, spec, cfg)
-        if drafter in ("both", "shared"):
-            generator.drafter = hybrid(generator, drafter == "shared")
-        elif drafter == "chain":
-            generator.drafter = shared_copy(generator)
+        if drafter == "both":
+            generator.drafter = hybrid(generator)
         runs[row] = runner.Run(spec, 1, generator, model, batches)
     for run in runs.values():  # the first pass: warm-up, outputs and statistics
         runner.record_outputs(run, runner.decode_pass(task, run, device).hypotheses)
@@ -223,7 +154,7 @@ def main() -> int:
     logs.setup(verbose=False)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="+", default=["head:2:1", "copy:3:1", "both:3:1"],
-                        help="DRAFTER:K:REFINE each, DRAFTER head, copy, both, shared or chain")
+                        help="DRAFTER:K:REFINE each, DRAFTER head, copy or both")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds, every row interleaved sentence by sentence")
     args, evaluate_args = parser.parse_known_args()

@@ -35,6 +35,11 @@ class DraftRequest(NamedTuple):
             ints: (position of the last token, the token, the input of the last
             verify call whose state ``states`` is, -1 for ``start_states``); None
             when the loop does not say (a drafter then reads the tensors).
+        cache: the verifier's self-attention cache, its slots exact up to the
+            last committed token's, which is not cached yet. A drafter that runs
+            a model of the verifier's shape may read it and write the slots from
+            the last committed token's on: the next verify call feeds those
+            positions and writes them again. None where the loop does not say.
     """
 
     prefix: Tensor
@@ -43,6 +48,7 @@ class DraftRequest(NamedTuple):
     rows: Tensor
     num_slots: int
     anchor: Optional[Tuple[int, int, int]] = None
+    cache: Any = None
 
 
 class Drafter:

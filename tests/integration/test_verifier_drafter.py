@@ -4,11 +4,12 @@ ONNX graph drafts, token by token, for the fp32 verifier
 
 - beta = 1 output is the fp32 greedy output, at batch 1 (the single-row loop)
   and 8 (the batched loop), with a fixed K and with ``--spec-k auto`` (whose
-  greedy turns leave the drafter's cache behind the committed tokens);
+  greedy turns draft nothing);
 - the drafts are nearly the oracle's: tokens per iteration at K=3 far above
-  the draft head's (a drafter whose cache fell out of step with the committed
-  tokens, or that read the wrong position, would be accepted about as often
-  as chance);
+  the draft head's (a drafter that fed the wrong token or position would be
+  accepted about as often as chance);
+- the copy writes the verifier's cache only where the next verify call writes
+  again: from each row's last committed token on, never before it;
 - the single-row and batched loops take the same iterations;
 - a stock fairseq transformer (no draft head) decodes with it through
   ``fairseq-generate``, as greedy does;
@@ -59,11 +60,43 @@ def test_auto_k_keeps_greedy_output(shipped):
     generator = _drafting(model, task, backend, k=4, auto=True)
     assert decode_all(generator, model, task, sources, 1) == greedy
     # It tried greedy and several K (larger K only where K=1 and 2 did not lose
-    # more and more: see k_policy), and drafts after greedy turns (which the
-    # drafter's cache missed) were accepted as the others: the cache caught up first.
+    # more and more: see k_policy), and drafts after greedy turns were accepted as
+    # the others.
     stats = generator.stats
     assert set(stats.k_chosen) >= {0, 1, 2}
     assert stats.accepted_per_slot[0] >= 0.8 * stats.drafted_per_slot[0] > 0
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_the_copy_writes_the_verifiers_cache_only_after_the_committed_slots(shipped, rows):
+    """Two rows of different lengths (the batched path: each row's own position),
+    or one (the single-row path)."""
+    import torch
+
+    from nmt_specdec.decoding.drafters import DraftRequest
+
+    model, task, sources, backend, _ = shipped
+    pad, k = task.target_dictionary.pad(), 3
+    batch = torch.nn.utils.rnn.pad_sequence(  # left-padded, as fairseq batches
+        [s.flip(0) for s in sources[:rows]], batch_first=True, padding_value=pad).flip(1)
+    memory = backend.encode({"src_tokens": batch, "src_lengths": batch.ne(pad).sum(1)})
+    verifier = backend.verifier()
+    cache = verifier.new_cache(rows, 16)
+    prefix = torch.full((rows, 12), pad)
+    prefix[:, :6] = torch.tensor([task.target_dictionary.eos(), 20, 21, 22, 23, 24])
+    lengths = torch.tensor([6, 4][:rows])  # committed tokens, BOS included
+    verifier.verify(prefix[:, :5], torch.zeros(rows, dtype=torch.long), 0, cache, memory)
+    before = cache.key.clone()
+    drafter = backend.drafter(pad, "verifier-int4")
+    drafter.start_batch({}, memory)
+    anchor = (5, 24, -1) if rows == 1 else None
+    request = DraftRequest(prefix, lengths, torch.zeros(rows, 1), torch.arange(rows), k,
+                           anchor, cache)
+    assert drafter.propose(request).shape == (rows, k)
+    for row, length in enumerate(lengths.tolist()):
+        changed = (cache.key[:, row] != before[:, row]).flatten(0, 1).any(0).any(-1)  # (T,)
+        written = torch.arange(length - 1, length - 1 + k)  # the last token and K-1 drafts
+        assert changed[written].all() and changed.sum() == k, (row, changed.nonzero())
 
 
 def test_single_row_loop_takes_the_batched_loops_iterations(shipped):

@@ -134,7 +134,7 @@ def verify_turn(parts: LoopParts, rows: Rows, cache, cross, k: int, longest: int
     steps = rows.lengths - 1  # committed output tokens; the last one is not cached yet
     last = rows.tokens.gather(1, steps.unsqueeze(1))  # (B, 1)
     tree = k > 0 and options.candidates > 1  # leaves beside the chain (draft_tree)
-    inputs = _draft(parts, rows, k, last, tree)  # 1. draft
+    inputs = _draft(parts, rows, cache, k, last, tree)  # 1. draft
     # 2. verify
     layout = tree_layout(k, options.candidates, last.device) if tree else None
     offsets = layout.offsets if tree else torch.arange(k + 1, device=steps.device)
@@ -188,11 +188,11 @@ def _scores(parts: LoopParts, verified, rows: Rows, inputs: Tensor, k: int,
     return logits, lse
 
 
-def _draft(parts: LoopParts, rows: Rows, k: int, last: Tensor,
+def _draft(parts: LoopParts, rows: Rows, cache, k: int, last: Tensor,
            tree: bool) -> Tensor:
-    """1. draft: the verify inputs."""
-    request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k)
-               if k > 0 else None)
+    """1. draft: the verify inputs (``cache``: the verifier's, which a drafter may read)."""
+    request = (DraftRequest(rows.tokens[:, :-1], rows.lengths, rows.states, rows.index, k,
+                            cache=cache) if k > 0 else None)
     width = parts.options.candidates if tree else 1
     if parts.sampling is not None:
         return sampled_inputs(parts, request, last, rows, width)

@@ -77,7 +77,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         length = len(row.committed)  # BOS included; the last token is not cached yet
         k, checks = plan_turn(parts, batch.k_max, len(turns), length, batch.limits)
         tree = tree_layout(k, options.candidates) if k > 0 and options.candidates > 1 else None
-        tokens = row.draft(parts, k, options.candidates if tree is not None else 1)
+        tokens = row.draft(parts, k, options.candidates if tree is not None else 1, batch.cache)
         row.host_start[0] = length - 1
         verified = parts.verifier.verify(tokens, row.start, length - 1, batch.cache,
                                          batch.cross, True, tree)
@@ -130,8 +130,9 @@ class _HostRow:
         self.offsets = torch.arange(batch.k_max + 1)
         self.key = int(self.rows.keys[0])  # the sentence's sampling key
 
-    def draft(self, parts: LoopParts, k: int, candidates: int) -> Tensor:
-        """Step 1: the (1, N) verify inputs."""
+    def draft(self, parts: LoopParts, k: int, candidates: int, cache) -> Tensor:
+        """Step 1: the (1, N) verify inputs (``cache``: the verifier's, which a
+        drafter may read)."""
         kept = self.inputs.get(k + 1)
         if kept is None:
             tensor = self.rows.lengths.new_zeros(1, k + 1)
@@ -142,7 +143,7 @@ class _HostRow:
         if k > 0:
             anchor = (len(self.committed) - 1, self.committed[-1], self.final)
             request = DraftRequest(self.prefix, self.rows.lengths, self.states, self.rows.index,
-                                   k, anchor)
+                                   k, anchor, cache)
         if parts.sampling is not None and request is not None:
             drafts = self._sample_drafts(parts, request, k, candidates)  # (C, K)
             if candidates == 1:

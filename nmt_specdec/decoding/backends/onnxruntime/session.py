@@ -142,22 +142,22 @@ class OrtVerifier(VerifierCalls):
 
     def new_cache(self, batch: int, slots: int) -> StaticKVCache:
         b = self.backend
-        # The graph attends over (and copies) the whole buffer, so it grows as the
-        # rows do. At batch 1 too: allocated at once, a sentence's buffer is as wide
-        # as its length limit (202 slots by default, for ~10 tokens), and growing it
-        # is faster with the same output (docs/results.md).
-        # One sentence after another takes over the last one's first buffers (the
-        # loop is done with it): the graph's cache inputs stay bound as they are.
+        # The graph attends over (and copies) the whole buffer, so it grows as the rows
+        # do, at batch 1 too: faster than a buffer as wide as the length limit, with the
+        # same output (docs/results.md). One sentence after another takes over the last
+        # one's first buffers (the loop is done with it): they stay bound as they are.
         cache = StaticKVCache(b.layers, batch, b.heads, slots, b.dim // b.heads, like=self.embed,
                               grow_by=CACHE_CHUNK, spare=self._spare_cache if batch == 1 else None)
         if batch == 1:
             self._spare_cache = cache.first_buffers
-        graph = self._batch_graph() if batch >= ROWS_FROM else None
-        if graph is not None:
-            # The whole batch, to its last row, verifies with this one graph: beta=1
-            # is then its greedy (the two graphs quantize the weights differently).
-            self._graph_of[cache] = graph
+        if batch >= ROWS_FROM:  # the whole batch, to its last row, verifies with one graph:
+            # beta=1 is then its greedy (the two graphs quantize the weights differently).
+            self._graph_of[cache] = self._graph_for(batch)
         return cache
+
+    def _graph_for(self, batch: int) -> GraphSession:
+        """The graph for ``batch`` rows where the cache has none (a drafting copy's calls)."""
+        return (self._batch_graph() if batch >= ROWS_FROM else None) or self.session
 
     def _batch_graph(self) -> Optional[GraphSession]:
         """The verifier with per-row 8-bit integer products: with ``--int8`` every
@@ -233,7 +233,7 @@ class OrtVerifier(VerifierCalls):
                 certified = (take("bound", (batch, new)), take("rounding", (batch, new)),
                              take("candidates", (batch, new, CANDIDATES), torch.long))
                 outputs += certified
-            session = self._graph_of.get(cache, self.session)
+            session = self._graph_of.get(cache) or self._graph_for(batch)
             session.run([tokens, start, cross.mask, offsets, *self_inputs, *past,
                          *cross.cross], outputs)
         shape = (b.layers, batch, *keys.shape[1:])
