@@ -36,9 +36,10 @@ from nmt_specdec.model.head_file import attach_head_file
 
 logger = logging.getLogger(__name__)
 
-# The largest K of --spec-k auto with --spec-drafter verifier-int8 or -int4 (the fastest
-# fixed K on the gettext test sentences, docs/results.md "Drafting with the verifier's 8-bit copy").
-VERIFIER_DRAFTER_K = 4
+# The largest K of --spec-k auto with --spec-drafter verifier-int8 or -int4: the 4-bit copy's
+# fastest fixed K on the gettext test sentences, over which auto's exploration loses least
+# (docs/results.md, "The 4-bit copy, then the head").
+VERIFIER_DRAFTER_K = 5
 
 NO_DRAFT_HEAD = (
     "--spec-decoding needs a checkpoint with a draft head, and this one has none; train one "

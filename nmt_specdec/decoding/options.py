@@ -63,7 +63,7 @@ class DecodingOptions:
     k: Optional[int] = _option(
         None, "draft block size K at decoding time: an integer is a fixed K (0 = greedy "
         "decoding with the lean engine); 'auto' (the default) chooses K per iteration, up to "
-        "the model's --draft-block-size (4 with --spec-drafter verifier-int8), from running "
+        "the model's --draft-block-size (5 with --spec-drafter verifier-int8/-int4), from running "
         "acceptance and measured pass costs", SPEC_K)
     auto_k: bool = _option(
         False, "choose K per iteration up to k (what --spec-k auto sets)", None)
