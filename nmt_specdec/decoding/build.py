@@ -29,17 +29,17 @@ from nmt_specdec.decoding.decision.sampling import SamplingRule
 from nmt_specdec.decoding.generation_config import refuse_unsupported
 from nmt_specdec.decoding.layout import check_decodable
 from nmt_specdec.decoding.generator import SpecDecGenerator
-from nmt_specdec.decoding.options import VERIFIER_COPIES, DecodingOptions, LengthRules
+from nmt_specdec.decoding.options import (
+    VERIFIER_COPIES,
+    VERIFIER_DRAFTER_K,
+    DecodingOptions,
+    LengthRules,
+)
 from nmt_specdec.decoding.replay.determinism import DeterministicGenerator, FixedShapeReplay
 from nmt_specdec.errors import UserError
 from nmt_specdec.model.head_file import attach_head_file
 
 logger = logging.getLogger(__name__)
-
-# The largest K of --spec-k auto with --spec-drafter verifier-int8 or -int4: the 4-bit copy's
-# fastest fixed K on the gettext test sentences, over which auto's exploration loses least
-# (docs/results.md, "The 4-bit copy, then the head").
-VERIFIER_DRAFTER_K = 5
 
 NO_DRAFT_HEAD = (
     "--spec-decoding needs a checkpoint with a draft head, and this one has none; train one "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from nmt_specdec.decoding.backends import DEFAULT_BACKEND
-from nmt_specdec.decoding.options import VERIFIER_COPIES, DecodingOptions
+from nmt_specdec.decoding.options import VERIFIER_COPIES, VERIFIER_DRAFTER_K, DecodingOptions
 from nmt_specdec.errors import UserError
 
 
@@ -288,7 +288,9 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                           # K=0 drafts nothing
                           if not (fused and spec.k == 0)]
                 for copy in _copies(cfg) if ort and not int8 and not fused else ():
-                    specs += [_with(spec, backend=backend, drafter=copy)
+                    # auto rows explore up to the copy's own cap, as --spec-k auto does
+                    specs += [_with(spec, backend=backend, drafter=copy,
+                                    k=VERIFIER_DRAFTER_K if spec.auto else spec.k)
                               for spec in grid if spec.k and spec.candidates == 1]
     specs += _half_precision_specs(cfg, grid)
     if cfg.relaxed_rows == "one":

@@ -3,6 +3,7 @@ every row that drafts, names it, and refuses a negative value in one line."""
 
 import pytest
 
+from nmt_specdec.decoding.options import VERIFIER_DRAFTER_K
 from nmt_specdec.errors import UserError
 from nmt_specdec.evaluation.cli import build_parser, config_from_args
 from nmt_specdec.evaluation.config import build_grid
@@ -67,15 +68,18 @@ def test_the_sampling_grid_drafts_with_the_8bit_copy_where_asked(tmp_path):
 
 def test_each_copy_asked_for_gets_its_greedy_and_sampling_rows(tmp_path):
     """Both copies, in the order given, on fp32 ONNX Runtime only (not beside
-    --int8, not on torch)."""
+    --int8, not on torch); their auto rows explore up to the copies' cap, as
+    ``--spec-k auto --spec-drafter verifier-int4`` does, not the head's block size."""
     cfg = _config(tmp_path, "--sampling-topk", "10", "--grid-k", "0", "3", "--backend", "torch",
                   "onnxruntime", "--int8", "--drafters", "verifier-int4", "verifier-int8")
     validate(cfg)
-    drafted = [spec for spec in build_grid(cfg, default_k=4) if spec.drafter != "head"]
+    head_block = VERIFIER_DRAFTER_K - 2  # the head's draft block size
+    drafted = [spec for spec in build_grid(cfg, default_k=head_block) if spec.drafter != "head"]
     assert {(spec.backend, spec.int8) for spec in drafted} == {("onnxruntime", False)}
     assert [spec.name for spec in drafted] == [
         *(f"SpecDec {k} β=1 drafter={copy} [onnxruntime]"
-          for copy in ("verifier-int4", "verifier-int8") for k in ("K=3", "auto K≤4")),
+          for copy in ("verifier-int4", "verifier-int8")
+          for k in ("K=3", f"auto K≤{VERIFIER_DRAFTER_K}")),
         *(f"SpecDec K=3 sampling top-10 drafter={copy} [onnxruntime]"
           for copy in ("verifier-int4", "verifier-int8"))]
     with pytest.raises(UserError, match="--drafters verifier-int4 needs onnxruntime"):
