@@ -1,19 +1,17 @@
 """Drafting with a cheaper copy of the verifier itself (``--spec-drafter verifier-int8``).
 
 The draft head guesses K tokens at once from one state, and every slot after
-the first guesses blind (the shipped head: 1.95 tokens per iteration at K=2,
-2.10 at K=4, against an oracle's 2.69 and 4.19 on the gettext test sentences).
-The verifier's own 8-bit copy guesses each token from the tokens before it, as
-the verifier does, so its drafts are accepted nearly as often as the oracle's
-(2.68 and 4.16 on the same sentences). It costs K 8-bit calls instead of one
-draft call, each a good part of an fp32 verify call of one position, so on a
-small model a drafted token costs about what it saves (docs/results.md,
-"Drafting with the verifier's 8-bit copy"). It needs no draft head, so any
-fairseq transformer can draft with it. The fp32 verifier still decides every
-token, so beta = 1 output is the fp32 greedy output, as with any drafter.
-Under ``--sampling`` it drafts the copy's own sample slot after slot (each
-slot's perturbed argmax, chosen by the loop), which the verifier keeps nearly
-always, where the head's drafts, each from its own guess, are kept far less.
+the first guesses blind. The verifier's own 8-bit copy guesses each token from
+the tokens before it, as the verifier does, so its drafts are accepted nearly
+as often as an oracle's. It costs K calls instead of one draft call, each a
+good part of an fp32 verify call of one position (docs/results.md, "Drafting
+with the verifier's 8-bit copy" and "The 4-bit copy, then the head"). It needs
+no draft head, so any fairseq transformer can draft with it. The fp32 verifier
+still decides every token, so beta = 1 output is the fp32 greedy output, as
+with any drafter. Under ``--sampling`` it drafts the copy's own sample slot
+after slot (each slot's perturbed argmax, chosen by the loop), which the
+verifier keeps nearly always, where the head's drafts, each from its own
+guess, are kept far less.
 
 ``--spec-drafter verifier-int4`` drafts with a 4-bit copy instead: every
 product but the output projection in 4 bits (quantize.COPY_BITS), so a call
@@ -29,9 +27,7 @@ after them: the last committed token and all drafts but the last. The next
 verify call feeds the same positions (the last committed token and K drafts)
 and writes every one of them again, so the verifier never reads the copy's
 keys and values, nothing is copied back, and no call catches the copy up on
-tokens it missed. Its drafts follow the verifier's exact prefix, so slot 1 is
-kept a little more often than from a cache of the copy's own (docs/results.md,
-"The 4-bit copy, then the head").
+tokens it missed, and its drafts read the prefix's exact keys and values.
 
 Shapes: B active rows, T buffer width, K draft slots, N positions fed.
 """
