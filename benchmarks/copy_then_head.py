@@ -50,8 +50,8 @@ DRAFTERS = {"head": "head", "copy": "verifier-int4", "both": "verifier-int4"}
 
 
 class CopyThenHead(Drafter):
-    """Slot 1 from ``copy`` (a ``VerifierDrafter``), slots 2..K from ``head`` (an ``OrtDrafter``) anchored on the copy's draft and the
-    copy's state before it."""
+    """Slot 1 from ``copy`` (a ``VerifierDrafter``), slots 2..K from ``head`` (an
+    ``OrtDrafter``) anchored on the copy's draft and the copy's state before it."""
 
     def __init__(self, copy, head):
         self.copy, self.head = copy, head
