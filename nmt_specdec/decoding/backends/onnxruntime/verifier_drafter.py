@@ -87,9 +87,10 @@ class VerifierDrafter(DraftsByChoice):
         # own position (rows start at different slots), then each draft after it.
         position = request.lengths - 1
         token = request.prefix.gather(1, position.view(-1, 1))
+        first_max = int(position.max())  # one host read, not one a call
         drafts = []
         for slot in range(request.num_slots):
-            verified = self.verifier.verify(token, position, int(position.max()), request.cache,
+            verified = self.verifier.verify(token, position, first_max + slot, request.cache,
                                             self.cross)
             drafts.append(self._best(verified.logits[:, 0], slot, choose))
             token, position = drafts[-1].view(-1, 1), position + 1
