@@ -21,7 +21,7 @@ _CANDIDATE_SLOTS: Dict[int, Tensor] = {}
 
 
 # What the drafters use of the backend (``session.OrtBackend``) and of its
-# encoder output (``session.Memory``), as protocols: the backend module
+# encoder output (``memory.Memory``), as protocols: the backend module
 # imports this one, so importing it back would make an import cycle.
 class DraftGraphs(Protocol):
     calls: Counter  # runtime calls by kind

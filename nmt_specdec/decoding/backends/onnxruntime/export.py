@@ -37,6 +37,7 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     DRAFT_MEMORY,
     ENCODER,
     ENCODER_SENTENCE,
+    COPY_STEP,
     FUSED,
     OPSET,
     VERIFY,
@@ -44,7 +45,9 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE, CANDIDATES
+from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CANDIDATES as COPY_CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.quantize import (
+    BLOCK,
     COPY_BLOCK,
     DRAFT_BITS,
     DRAFT_BLOCK,
@@ -55,7 +58,7 @@ from nmt_specdec.hashing import file_sha256, tensors_sha256
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = 37  # bump whenever a graph module or graph_files changes what a graph computes
+EXPORT_VERSION = 38  # bump whenever a graph module or graph_files changes what a graph computes
 MANIFEST = "manifest.json"
 
 
@@ -73,7 +76,7 @@ def weights_sha256(model: nn.Module) -> str:
 
 def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
              int8_draft: bool, certified: bool, refine_steps: Optional[int],
-             verify_bits: int = 8):
+             copy_bits: int = 0):
     """``(directory name, identity)`` of a set of graphs: the manifest must match
     ``identity`` for cached graphs to be used."""
     import onnxruntime
@@ -91,7 +94,7 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                + ("-int8draft" if int8_draft else "")
                + (f"-refine{refine_steps}x{shortlist}" if refine_steps else "")
                + (f"-vocab{draft_vocab}" if draft_vocab else "")
-               + (f"-verify{verify_bits}" if verify_bits != 8 else ""))
+               + (f"-copy{copy_bits}" if copy_bits else ""))
     # onnxruntime's version: its quantizer writes the int8 graphs.
     identity = {"export_version": EXPORT_VERSION, "torch": torch.__version__, "opset": OPSET,
                 "onnxruntime": onnxruntime.__version__, "fused": fused,
@@ -103,29 +106,29 @@ def _variant(model: nn.Module, pad: int, eos: int, int8: bool, fused: bool,
                 "refine": [refine_steps, shortlist], "draft_vocab": draft_vocab}
     if certified:  # how many tokens the projection rescores in fp32
         identity["candidates"] = CANDIDATES
-    if verify_bits != 8:  # the copy's verify graph (absent from the 8-bit manifests)
-        identity["verify_weights"] = [verify_bits, COPY_BLOCK,
-                                      model.decoder.output_projection.out_features]
+    if copy_bits:  # the drafting copy's step graph (absent from the other manifests)
+        identity["copy_step"] = [copy_bits, BLOCK if copy_bits == 8 else COPY_BLOCK,
+                                 COPY_CANDIDATES]
     return variant, identity
 
 
 def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
               root: Optional[Path] = None, fused: bool = False,
               int8_draft: bool = False, certified: bool = False,
-              refine_steps: Optional[int] = None, verify_bits: int = 8) -> Path:
+              refine_steps: Optional[int] = None, copy_bits: int = 0) -> Path:
     """The directory of valid graphs for ``model``, exporting them if needed
     (``fused``: also the fused verify+draft graph, in a directory of its own so
     that the plain variant does not store its weights twice; ``int8_draft``: an
     8-bit draft graph beside an fp32 verifier, see :mod:`.quantize`;
     ``certified``: the fp32 verifier's output projection in 8 bits with its
     decisions certified, see :mod:`.projection`; ``refine_steps``: the draft
-    head's refinement runs, None for the head's own; ``verify_bits``: with
-    ``int8``, 4 makes the verify graph the 4-bit drafting copy's, see
-    :mod:`.quantize`)."""
+    head's refinement runs, None for the head's own; ``copy_bits``: with
+    ``int8``, the drafting copy's variant, whose step graph (:mod:`.copy_graph`)
+    has weights of these bits, 8 or 4; 0: none)."""
     int8_draft = int8_draft and not int8
     certified = certified and not int8
     variant, identity = _variant(model, pad, eos, int8, fused, int8_draft, certified,
-                                 refine_steps, verify_bits if int8 else 8)
+                                 refine_steps, copy_bits if int8 else 0)
     directory = (root or cache_root()) / identity["weights_sha256"] / variant
     if _is_valid(directory, identity):
         return directory
@@ -143,7 +146,7 @@ def graph_dir(model: nn.Module, pad: int, eos: int, int8: bool,
                         "directory") from None
     try:
         files = export_graphs(model, pad, building, fused, certified, same_bits=int8,
-                              refine_steps=refine_steps)
+                              refine_steps=refine_steps, copy_step="copy_step" in identity)
         files = _quantize(building, files, identity)
         manifest = dict(identity, files={name: file_sha256(building / name) for name in files})
         (building / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -186,11 +189,10 @@ def _quantize(building: Path, files: List[str], identity: Dict) -> List[str]:
     draft_weights = dict(bits=DRAFT_BITS, block=DRAFT_BLOCK)
     if FUSED in files and (int8 or int8_draft):  # its draft head as the draft graph's
         quantize_graph(building / FUSED, only_under="/draft/", **draft_weights)
-    copy = identity.get("verify_weights")  # [bits, block, vocabulary]
+    copy = identity.get("copy_step")  # [bits, block, candidates]
     for name in quantized:  # with --int8 the fused graph's other products too
         weights = (draft_weights if name in drafts else
-                   dict(bits=copy[0], block=copy[1], eight_bit_width=copy[2])
-                   if name == VERIFY and copy else {})
+                   dict(bits=copy[0], block=copy[1]) if name == COPY_STEP else {})
         quantize_graph(building / name, **weights)
     if certified:  # the verifier's output projection alone
         quantize_graph(building / VERIFY, only_under=APPROX_SCOPE)
@@ -241,6 +243,7 @@ def _is_valid(directory: Path, identity: Dict) -> bool:
         wanted |= {DRAFT, DRAFT_LOGITS, DRAFT_MEMORY} if identity["draft_head"] else set()
         wanted |= {FUSED} if identity["draft_head"] and identity["fused"] else set()
         wanted |= {VERIFY_ROWS} if _has_rows_graph(identity) else set()
+        wanted |= {COPY_STEP} if "copy_step" in identity else set()
         files = manifest["files"]
         return wanted <= set(files) and all(
             file_sha256(directory / name) == digest for name, digest in files.items())

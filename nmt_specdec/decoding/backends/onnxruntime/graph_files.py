@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from nmt_specdec.decoding.backends.onnxruntime.attention_inputs import example_inputs
+from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CopyStepGraph
 from nmt_specdec.decoding.backends.onnxruntime.encoder_graph import (
     DraftMemoryGraph,
     EncoderGraph,
@@ -44,6 +45,8 @@ VERIFY_ROWS = "verify_rows.onnx"
 # activation scale per product (quantize_sentence) where the batch encoder
 # quantizes row by row.
 ENCODER_SENTENCE = "encoder_sentence.onnx"
+# The drafting copy's call of one input per row (--spec-drafter verifier-int4/-int8).
+COPY_STEP = "copy_step.onnx"
 
 
 # A verify graph's first inputs (the 8-bit layout alone reads slot_index).
@@ -63,6 +66,7 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
                     *draft],
             DRAFT_LOGITS: ["states", "last_tokens", "block_positions", "memory_mask", *draft],
             DRAFT_MEMORY: ["states"],
+            COPY_STEP: ["tokens", "start", "memory_mask", "self_mask", *past, *cross],
             FUSED: [*_SELF, "parents", "slot_offsets", "candidate_slots", *past, *cross,
                     *draft],
             }[graph]
@@ -70,17 +74,21 @@ def input_names(graph: str, layers: int, draft_layers: int) -> list:
 
 def export_graphs(model: nn.Module, pad: int, out: Path, fused: bool = False,
                   certified: bool = False, same_bits: bool = False,
-                  refine_steps: Optional[int] = None) -> list:
+                  refine_steps: Optional[int] = None, copy_step: bool = False) -> list:
     """Writes the encoder, verifier and (if any) draft graphs; returns their names
     (``same_bits``: see :class:`~.graphs.VerifyGraph`, for the 8-bit variant;
-    ``refine_steps``: the draft head's refinement runs, None for its own)."""
+    ``refine_steps``: the draft head's refinement runs, None for its own;
+    ``copy_step``: also the drafting copy's step graph, :mod:`.copy_graph`)."""
     # The tracer refuses to bake in tensors that require grad (e.g. shared
     # weights reached outside the module tree): freeze for the export only.
     frozen = [p for p in model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
     try:
-        return _export_graphs(model, pad, out, fused, certified, same_bits, refine_steps)
+        files = _export_graphs(model, pad, out, fused, certified, same_bits, refine_steps)
+        if copy_step:
+            _export_copy_step(LeanVerifier(model.decoder), out)
+        return files + ([COPY_STEP] if copy_step else [])
     finally:
         for p in frozen:
             p.requires_grad_(True)
@@ -170,6 +178,25 @@ def _export_verify(verifier, certified: bool, memory: _Memory, past: List[Tensor
              *past, *memory.cross),
             out / VERIFY, _verify_inputs(len(verifier.layers)),
             {**_VERIFY_OUTPUTS, **(_CERTIFIED_OUTPUTS if certified else {})})
+
+
+def _export_copy_step(verifier, out: Path) -> None:
+    layers, heads = len(verifier.layers), verifier.heads
+    head_dim = verifier.dim // heads
+    past = [torch.zeros(2, heads, 12, head_dim) for _ in range(2 * layers)]
+    cross = [torch.zeros(2, heads, 5, head_dim) for _ in range(2 * layers)]
+    start = torch.tensor([3, 6])
+    self_mask = torch.arange(12).view(1, 1, 1, -1) < start.view(-1, 1, 1, 1)
+    memory_mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    tokens = _example_ids([[5], [6]], verifier.embed.size(0))
+    _export(CopyStepGraph(verifier).eval(), (tokens, start, memory_mask, self_mask, *past, *cross),
+            out / COPY_STEP,
+            {"tokens": _BATCH, "start": _BATCH, **_MEMORY_MASK,
+             "self_mask": {0: "batch", 3: "slots"},
+             **{n: {0: "batch", 2: "slots"} for n in kv_names("past", layers)},
+             **{n: _SOURCE for n in kv_names("cross", layers)}},
+            {"scores": _BATCH, "candidates": _BATCH, "new_keys": {0: "layers_batch"},
+             "new_values": {0: "layers_batch"}})
 
 
 def _export_draft(verifier, head, memory: _Memory, out: Path) -> None:

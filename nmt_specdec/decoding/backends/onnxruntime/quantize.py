@@ -13,9 +13,10 @@ quantizing, so that one copy is read. The wider block gives a row other bits
 beside other rows (below): that moves only proposals, never a β=1 output.
 
 The 4-bit copy of the verifier that drafts for the fp32 one (``--spec-drafter
-verifier-int4``) takes the draft graph's reasoning further: its verify graph's
-products have :data:`COPY_BITS` in blocks of :data:`COPY_BLOCK`, except the
-output projection (``eight_bit_width``), whose argmax is the draft.
+verifier-int4``) takes the draft graph's reasoning further: every product of
+its step graph (:mod:`.copy_graph`) has :data:`COPY_BITS` in blocks of
+:data:`COPY_BLOCK`, the output projection too, which only picks the candidates
+that fp32 rows then score.
 
 Why not ``onnxruntime.quantization.quantize_dynamic``: it quantizes each
 matmul's *activations* with one scale per tensor, i.e. over all rows and all
@@ -83,8 +84,7 @@ from nmt_specdec import logs
 
 BLOCK = 64  # see the module's docstring: wider breaks beta=1 = greedy
 DRAFT_BITS, DRAFT_BLOCK = 4, 128  # the draft graph's weights (see the module's docstring)
-# The 4-bit copy's verify graph (--spec-drafter verifier-int4): every product but
-# the output projection, which keeps 8 bits in blocks of BLOCK.
+# The 4-bit copy's step graph (--spec-drafter verifier-int4).
 COPY_BITS, COPY_BLOCK = 4, 128
 ACCURACY_LEVEL = 4  # int8 activations (per row and block), int32 accumulation
 
@@ -96,13 +96,11 @@ def weight_limit(bits: int) -> int:
 
 
 def quantize_graph(path: Path, only_under: Optional[str] = None, bits: int = 8,
-                   block: int = BLOCK, eight_bit_width: Optional[int] = None) -> None:
+                   block: int = BLOCK) -> None:
     """Rewrites the graph at ``path`` in place with ``bits``-bit ``MatMulNBits``
     weights in blocks of ``block`` inputs (``only_under``: only the matrix
     products whose node names start with it, e.g. ``/draft/`` for the draft head
-    inside the fused verify graph; ``eight_bit_width``: the products with this
-    many output columns, the output projection, take 8 bits in blocks of
-    :data:`BLOCK` instead: the copy's argmax reads them)."""
+    inside the fused verify graph)."""
     import onnx
     from onnxruntime.quantization.onnx_model import ONNXModel
 
@@ -115,32 +113,21 @@ def quantize_graph(path: Path, only_under: Optional[str] = None, bits: int = 8,
     exclude = [] if only_under is None else [n for n in products if not n.startswith(only_under)]
     if only_under is not None and len(exclude) == len(products):
         raise RuntimeError(f"no matrix product under {only_under} in {path.name}")
-    wide = [] if eight_bit_width is None else _products_of_width(model, eight_bit_width)
-    model = _matmul_nbits(model, bits, block, exclude=exclude + wide)
-    if wide:
-        model = _matmul_nbits(model, 8, BLOCK, include=wide)
+    model = _matmul_nbits(model, bits, block, exclude=exclude)
     fold_biases(model)
     ONNXModel(model).save_model_to_file(str(path))
 
 
-def _matmul_nbits(model, bits: int, block: int, exclude=(), include=None):
-    """``model`` with its constant-weight products (those ``include`` names, or
-    all but ``exclude``) as ``bits``-bit ``MatMulNBits``."""
+def _matmul_nbits(model, bits: int, block: int, exclude=()):
+    """``model`` with its constant-weight products (all but ``exclude``) as
+    ``bits``-bit ``MatMulNBits``."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=True,
-                                     accuracy_level=ACCURACY_LEVEL, nodes_to_exclude=list(exclude),
-                                     nodes_to_include=include)
+                                     accuracy_level=ACCURACY_LEVEL, nodes_to_exclude=list(exclude))
     with logs.quiet("onnxruntime.quantization"):  # one INFO line per matrix product
         quantizer.process()
     return quantizer.model.model
-
-
-def _products_of_width(model, width: int) -> list:
-    """Names of the MatMuls whose constant weight has ``width`` columns."""
-    weights = {i.name: i for i in model.graph.initializer}
-    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights
-            and weights[n.input[1]].dims[-1] == width]
 
 
 def fold_biases(model) -> int:

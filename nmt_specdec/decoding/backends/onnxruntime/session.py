@@ -33,8 +33,13 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_session import (
     GraphSession,
     Scratch,
 )
+from nmt_specdec.decoding.backends.onnxruntime.memory import Memory
 from nmt_specdec.decoding.backends.onnxruntime.projection import CANDIDATES, ProjectionCheck
-from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import COPY_DRAFTERS, VerifierDrafter
+from nmt_specdec.decoding.backends.onnxruntime.verifier_drafter import (
+    COPY_DRAFTERS,
+    CopyStep,
+    VerifierDrafter,
+)
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.decision.tree import parent_index
 from nmt_specdec.decoding.passes.draft_pass import source_layers
@@ -53,28 +58,6 @@ def require_onnxruntime():
         raise UserError("--backend onnxruntime needs the onnxruntime package, which is "
                         "not installed (pip install onnxruntime, or run `make setup`)") from None
     return onnxruntime
-
-
-class Memory(NamedTuple):
-    """One batch's encoder output as the graphs take it.
-
-    Attributes:
-        mask: (B, 1, 1, S) bool, True where the source may be attended.
-        cross: per verifier layer, key then value, (B, H, S, D) each.
-        draft: the same for the draft head's layers (empty until
-            :meth:`OrtBackend.draft_memory` makes them for a drafter).
-        states: (B, S, C) the encoder's output, where there is a draft head.
-    """
-
-    mask: Tensor
-    cross: List[Tensor]
-    draft: List[Tensor]
-    states: Optional[Tensor] = None
-
-    def keep_rows(self, rows: Tensor) -> "Memory":
-        return Memory(self.mask.index_select(0, rows),
-                      [t.index_select(0, rows) for t in self.cross],
-                      [t.index_select(0, rows) for t in self.draft])
 
 
 class _Repeat(NamedTuple):
@@ -125,7 +108,7 @@ class OrtVerifier(VerifierCalls):
             self._chains[new] = (offsets, offsets.view(-1, 1) >= offsets.view(1, -1))
         return self._chains[new]
 
-    def _past_views(self, cache: StaticKVCache) -> List[Tensor]:
+    def past_views(self, cache: StaticKVCache) -> List[Tensor]:
         """Each layer's key and value buffer, (B, H, T, D): the same view objects
         while the cache keeps its buffers (rows leaving replace them)."""
         if self._past is None or self._past[0] is not cache.key or self._past[1] is not cache.value:
@@ -212,7 +195,7 @@ class OrtVerifier(VerifierCalls):
         # (L*B, H, N, D) as the graph returns them (no Unsqueeze per layer).
         keys = take("keys", (b.layers * batch, b.heads, new, b.dim // b.heads))
         values = take("values", keys.shape)
-        past = self._past_views(cache)
+        past = self.past_views(cache)
         decision, certified, session = None, (), None
         if self._fused_turn(new):
             # These are the drafts it just proposed: the call also accepts and drafts
@@ -271,7 +254,8 @@ class OrtBackend(Backend):
             within ~3e-3. Off: every logit in fp32.
         refine_steps: the draft head's refinement runs, unrolled into the draft
             graph (None: the head's own setting).
-        verify_bits: with ``int8``, 4 for the drafting copy's 4-bit verify graph.
+        copy_bits: with ``int8``, the drafting copy's, whose step graph has
+            weights of these bits (8 or 4; 0: not a copy).
     """
 
     name = "onnxruntime"
@@ -280,7 +264,7 @@ class OrtBackend(Backend):
     def __init__(self, model: nn.Module, pad: int, eos: int, int8: bool = False,
                  threads: Optional[int] = None, fused_draft: bool = False,
                  int8_draft: bool = True, certified: bool = True,
-                 refine_steps: Optional[int] = None, verify_bits: int = 8):
+                 refine_steps: Optional[int] = None, copy_bits: int = 0):
         super().__init__()
         self._ort = require_onnxruntime()
         if any(p.device.type != "cpu" for p in model.parameters()):
@@ -290,7 +274,7 @@ class OrtBackend(Backend):
         # entries would never go if their value held the key.
         self._model = weakref.ref(model)
         self.pad, self.eos, self.int8 = pad, eos, int8
-        self.refine_steps, self.verify_bits = refine_steps, verify_bits
+        self.refine_steps, self.copy_bits = refine_steps, copy_bits
         self.fused_draft = fused_draft
         # The fused graph's draft head is quantized as the draft graph's (see export).
         self.int8_draft = int8_draft and not int8
@@ -298,7 +282,7 @@ class OrtBackend(Backend):
         self.certified = (certified and not int8 and
                           model.decoder.output_projection.out_features > 4 * CANDIDATES)
         self.fused_drafter = None  # the generator drafting from fused calls, this batch
-        self._copies: Dict[int, "OrtBackend"] = {}  # --spec-drafter verifier-int<bits>
+        self._copies: Dict[int, tuple] = {}  # --spec-drafter verifier-int<bits>: (backend, calls)
         self.threads = threads or torch.get_num_threads()
         decoder = model.decoder
         self.layers = len(decoder.layers)
@@ -312,7 +296,7 @@ class OrtBackend(Backend):
         directory = export.graph_dir(self.model, self.pad, self.eos, self.int8,
                                      fused=self.fused_draft, int8_draft=self.int8_draft,
                                      certified=self.certified, refine_steps=self.refine_steps,
-                                     verify_bits=self.verify_bits)
+                                     copy_bits=self.copy_bits)
         self.directory = directory
         head = getattr(self.model, "draft_head", None)
         draft_layers = source_layers(head, self.refine_steps) if head is not None else 0
@@ -332,6 +316,7 @@ class OrtBackend(Backend):
         self.draft_session = session(graph_files.DRAFT)
         self.draft_logits_session = session(graph_files.DRAFT_LOGITS)
         self.draft_memory_session = session(graph_files.DRAFT_MEMORY)
+        self.copy_step_session = session(graph_files.COPY_STEP)
         self.fused_session = session(graph_files.FUSED) if self.fused_draft else None
         # The draft head's source layers (their keys/values: draft_memory).
         self.draft_layers = draft_layers if self.draft_session is not None else 0
@@ -376,18 +361,20 @@ class OrtBackend(Backend):
         return self._verifier
 
     def _copy_drafter(self, pad: int, bits: int) -> VerifierDrafter:
-        """The ``bits``-bit verifier graph drafting for this fp32 one (sessions of its own)."""
+        """The ``bits``-bit copy of this fp32 verifier drafting for it (sessions of its own)."""
         if self.int8:
             raise UserError(f"--spec-drafter verifier-int{bits} drafts for the fp32 verifier only")
-        copy = self._copies.get(bits) or OrtBackend(self.model, self.pad, self.eos, int8=True,
-                                                    threads=self.threads, verify_bits=bits)
-        self._copies[bits] = copy
+        if bits not in self._copies:
+            copy = OrtBackend(self.model, self.pad, self.eos, int8=True, threads=self.threads,
+                              copy_bits=bits)
+            self._copies[bits] = (copy, CopyStep(copy, ROWS_FROM))
+        copy, step = self._copies[bits]
 
-        def verifier() -> VerifierCalls:
+        def steps() -> CopyStep:
             copy._fresh()  # re-exported with this backend when the weights change
-            return copy.verifier()
+            return step
 
-        return VerifierDrafter(verifier, pad)
+        return VerifierDrafter(steps, pad, self.vocab)
 
     def drafter(self, pad: int, kind: str = "head"):
         if kind in COPY_DRAFTERS:

@@ -13,12 +13,16 @@ after slot (each slot's perturbed argmax, chosen by the loop), which the
 verifier keeps nearly always, where the head's drafts, each from its own
 guess, are kept far less.
 
-``--spec-drafter verifier-int4`` drafts with a 4-bit copy instead: every
-product but the output projection in 4 bits (quantize.COPY_BITS), so a call
+``--spec-drafter verifier-int4`` drafts with a 4-bit copy instead, whose call
 reads about half the weight bytes of the 8-bit one, for drafts kept a little
-less often; the output projection keeps 8 bits, because the draft is its
-argmax. Batches of ``session.ROWS_FROM`` rows or more draft with the 8-bit
-batch graph in either copy.
+less often.
+
+A call is the copy's step graph (:mod:`.copy_graph`): one input per row, its
+:data:`~.copy_graph.CANDIDATES` best tokens by the quantized output projection,
+scored again in fp32; the draft is the best of them (under ``--sampling``, the
+loop's choice from their distribution, every other token left out). Batches of
+``session.ROWS_FROM`` rows or more draft with the copy's 8-bit batch graph
+instead (the candidates: its logits' best).
 
 The copy keeps no cache of its own: it reads the fp32 encoder's keys and
 values and the fp32 verifier's self-attention cache (``DraftRequest.cache``),
@@ -29,56 +33,104 @@ and writes every one of them again, so the verifier never reads the copy's
 keys and values, nothing is copied back, and no call catches the copy up on
 tokens it missed, and its drafts read the prefix's exact keys and values.
 
-Shapes: B active rows, T buffer width, K draft slots, N positions fed.
+Shapes: B active rows, T buffer width, K draft slots, C candidates, V vocabulary.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.backends.base import VerifierCalls
+from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CANDIDATES
+from nmt_specdec.decoding.backends.onnxruntime.graph_session import Scratch
 from nmt_specdec.decoding.backends.onnxruntime.quantize import COPY_BITS
+from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
 
 COPY_DRAFTERS = {"verifier-int8": 8, "verifier-int4": COPY_BITS}  # --spec-drafter: its copy's bits
 
 
-class VerifierDrafter(DraftsByChoice):
-    """Drafts, one token a call, from a cheaper copy of the verifier that reads
-    the same encoder output (e.g. its int8 ONNX graph) and the verifier's cache:
-    its greedy tokens, or under ``--sampling`` each slot's perturbed argmax of the
-    copy's own distribution (:meth:`propose_chosen`).
+class CopyStep:
+    """The copy's calls: one input per row over the verifier's cache -> the
+    (B, C) candidates, best first, and their (B, C) scores.
 
     Args:
-        copy: returns the copy's model calls, up to date (called once a batch).
-        pad: the padding id (never drafted: a pad draft is never accepted).
+        backend: the copy's ``OrtBackend`` (its step graph's session, and its
+            verifier, whose batch graph takes ``rows_from`` rows or more).
+        rows_from: the batch size from which the batch graph drafts.
     """
 
-    def __init__(self, copy: Callable[[], VerifierCalls], pad: int):
-        self.copy, self.pad = copy, pad
-        self.verifier: Optional[VerifierCalls] = None
+    def __init__(self, backend: Any, rows_from: int):
+        self.backend, self.rows_from = backend, rows_from
+        self.scratch = Scratch()
+
+    def cross_states(self, encoder_out: Any) -> Any:
+        return self.backend.verifier().cross_states(encoder_out)
+
+    def keep_rows(self, cross: Any, rows: Tensor) -> Any:
+        return self.backend.verifier().keep_rows(cross, rows)
+
+    def __call__(self, tokens: Tensor, start: Tensor, start_max: int, cache: StaticKVCache,
+                 cross: Any, uniform: bool = False) -> Tuple[Tensor, Tensor]:
+        """(scores, candidates) of ``tokens`` (B, 1) at positions ``start`` (B,),
+        ``start_max`` their largest; writes their keys and values into ``cache``."""
+        b, batch = self.backend, tokens.size(0)
+        if batch >= self.rows_from:
+            verified = b.verifier().verify(tokens, start, start_max, cache, cross, uniform)
+            return verified.logits[:, 0].topk(CANDIDATES, -1)
+        cache.reserve(start_max + 1)  # before the graph reads the buffers
+        take = self.scratch.take
+        scores = take("scores", (batch, CANDIDATES))
+        candidates = take("candidates", (batch, CANDIDATES), torch.long)
+        keys = take("keys", (b.layers * batch, b.heads, 1, b.dim // b.heads))
+        values = take("values", keys.shape)
+        mask = take("self_mask", (batch, 1, 1, cache.slots), torch.bool)
+        np.less(np.arange(cache.slots), start.numpy()[:, None], out=mask.numpy()[:, 0, 0])
+        b.copy_step_session.run([tokens, start, cross.mask, mask,
+                                 *b.verifier().past_views(cache), *cross.cross],
+                                [scores, candidates, keys, values])
+        cache.begin_pass(start, 1, start_max, uniform, mask=False)
+        shape = (b.layers, batch, *keys.shape[1:])
+        cache.store_all(keys.view(shape), values.view(shape))
+        return scores, candidates
+
+
+class VerifierDrafter(DraftsByChoice):
+    """Drafts, one token a call, from a cheaper copy of the verifier that reads
+    the same encoder output and the verifier's cache: the best of its
+    candidates, or under ``--sampling`` each slot's perturbed argmax of the
+    copy's own distribution over them (:meth:`propose_chosen`).
+
+    Args:
+        copy: returns the copy's calls, up to date (called once a batch).
+        pad: the padding id (never drafted: a pad draft is never accepted).
+        vocab: V, the width of the logits a choice reads.
+    """
+
+    def __init__(self, copy: Callable[[], CopyStep], pad: int, vocab: int):
+        self.copy, self.pad, self.vocab = copy, pad, vocab
+        self.step: Optional[CopyStep] = None
         self.cross: Any = None
         # One row's call inputs, kept: a graph runtime then keeps their bindings.
         self._start = torch.zeros(1, dtype=torch.long)
         self._token = torch.zeros(1, 1, dtype=torch.long)
 
     def start_batch(self, sample: dict, encoder_out: Any) -> None:
-        self.verifier = self.copy()
-        self.cross = self.verifier.cross_states(encoder_out)
+        self.step = self.copy()
+        self.cross = self.step.cross_states(encoder_out)
 
     def keep_rows(self, rows: Tensor) -> None:
-        self.cross = self.verifier.keep_rows(self.cross, rows)
+        self.cross = self.step.keep_rows(self.cross, rows)
 
     def propose(self, request: DraftRequest) -> Tensor:
         return self.propose_chosen(request, None)
 
     def propose_chosen(self, request: DraftRequest, choose: Optional[Choice]) -> Tensor:
         """(B, K) drafts, slot i's ``choose(logits, i)`` of the copy's (B, V)
-        logits after the drafts before it (None: their argmax)."""
+        logits after the drafts before it (None: the best candidate)."""
         if request.cache is None:
             raise ValueError("VerifierDrafter reads the verifier's cache: the loop passes it")
         if request.anchor is not None:
@@ -88,37 +140,44 @@ class VerifierDrafter(DraftsByChoice):
         position = request.lengths - 1
         token = request.prefix.gather(1, position.view(-1, 1))
         first_max = int(position.max())  # one host read, not one a call
-        drafts = []
+        drafts: List[Tensor] = []
         for slot in range(request.num_slots):
-            verified = self.verifier.verify(token, position, first_max + slot, request.cache,
-                                            self.cross)
-            drafts.append(self._best(verified.logits[:, 0], slot, choose))
+            scores, candidates = self.step(token, position, first_max + slot, request.cache,
+                                           self.cross)
+            drafts.append(self._best(scores, candidates, slot, choose))
             token, position = drafts[-1].view(-1, 1), position + 1
         return torch.stack(drafts, 1)
 
     def _propose_one(self, request: DraftRequest, choose: Optional[Choice]) -> Tensor:
         """:meth:`propose` for one row, deciding with host ints: the calls
-        themselves are most of an 8-bit step, so what is around them
-        must stay small."""
+        themselves are most of a step, so what is around them must stay small."""
         position, token, _ = request.anchor
         drafts = []
         for slot in range(request.num_slots):
             self._start[0], self._token[0, 0] = position + slot, token
-            verified = self.verifier.verify(self._token, self._start, position + slot,
-                                            request.cache, self.cross, True)
-            token = self._best_one(verified.logits[0, 0], slot, choose)
+            scores, candidates = self.step(self._token, self._start, position + slot,
+                                           request.cache, self.cross, True)
+            token = self._best_one(scores, candidates, slot, choose)
             drafts.append(token)
         return torch.tensor([drafts])
 
-    def _best(self, logits: Tensor, slot: int, choose: Optional[Choice]) -> Tensor:
-        """(B,) slot ``slot``'s drafts of the copy's (B, V) logits, never pad."""
-        logits[:, self.pad] = -torch.inf
-        return logits.argmax(-1) if choose is None else torch.as_tensor(choose(logits, slot))
-
-    def _best_one(self, logits: Tensor, slot: int, choose: Optional[Choice]) -> int:
-        """:meth:`_best` of one row's (V,) logits, on the host."""
-        scores = logits.numpy()
-        scores[self.pad] = -np.inf
+    def _best(self, scores: Tensor, candidates: Tensor, slot: int,
+              choose: Optional[Choice]) -> Tensor:
+        """(B,) slot ``slot``'s drafts of the (B, C) candidates, never pad."""
+        scores = scores.masked_fill(candidates == self.pad, -torch.inf)
         if choose is None:
-            return int(scores.argmax())
-        return int(choose(logits.view(1, -1), slot)[0])
+            return candidates.gather(1, scores.argmax(-1, keepdim=True))[:, 0]
+        return torch.as_tensor(choose(self._logits(scores, candidates), slot))
+
+    def _best_one(self, scores: Tensor, candidates: Tensor, slot: int,
+                  choose: Optional[Choice]) -> int:
+        """:meth:`_best` of one row's (1, C) candidates, on the host."""
+        if choose is not None:
+            return int(self._best(scores, candidates, slot, choose)[0])
+        ids = candidates.numpy()[0]
+        return int(ids[np.where(ids == self.pad, -np.inf, scores.numpy()[0]).argmax()])
+
+    def _logits(self, scores: Tensor, candidates: Tensor) -> Tensor:
+        """(B, V): the candidates' scores, every other token -inf."""
+        logits = torch.full((scores.size(0), self.vocab), -torch.inf)
+        return logits.scatter_(1, candidates, scores)
