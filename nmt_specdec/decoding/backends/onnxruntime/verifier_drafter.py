@@ -38,14 +38,14 @@ Shapes: B active rows, T buffer width, K draft slots, C candidates, V vocabulary
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from operator import is_
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CANDIDATES
-from nmt_specdec.decoding.backends.onnxruntime.graph_session import Scratch
 from nmt_specdec.decoding.backends.onnxruntime.quantize import COPY_BITS
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
@@ -57,6 +57,10 @@ class CopyStep:
     """The copy's calls: one input per row over the verifier's cache -> the
     (B, C) candidates, best first, and their (B, C) scores.
 
+    A call whose tensors are those of the call before (a sentence's drafts, slot
+    after slot) runs on the bindings as they are, without the Python around them:
+    the call is made K times an iteration.
+
     Args:
         backend: the copy's ``OrtBackend`` (its step graph's session, and its
             verifier, whose batch graph takes ``rows_from`` rows or more).
@@ -65,7 +69,8 @@ class CopyStep:
 
     def __init__(self, backend: Any, rows_from: int):
         self.backend, self.rows_from = backend, rows_from
-        self.scratch = Scratch()
+        self._buffers: Dict[Tuple[int, int], tuple] = {}  # (B, T) -> _outputs
+        self._last: Optional[tuple] = None  # (session, its bindings, the tensors bound)
 
     def cross_states(self, encoder_out: Any) -> Any:
         return self.backend.verifier().cross_states(encoder_out)
@@ -82,20 +87,36 @@ class CopyStep:
             verified = b.verifier().verify(tokens, start, start_max, cache, cross, uniform)
             return verified.logits[:, 0].topk(CANDIDATES, -1)
         cache.reserve(start_max + 1)  # before the graph reads the buffers
-        take = self.scratch.take
-        scores = take("scores", (batch, CANDIDATES))
-        candidates = take("candidates", (batch, CANDIDATES), torch.long)
-        keys = take("keys", (b.layers * batch, b.heads, 1, b.dim // b.heads))
-        values = take("values", keys.shape)
-        mask = take("self_mask", (batch, 1, 1, cache.slots), torch.bool)
-        np.less(np.arange(cache.slots), start.numpy()[:, None], out=mask.numpy()[:, 0, 0])
-        b.copy_step_session.run([tokens, start, cross.mask, mask,
-                                 *b.verifier().past_views(cache), *cross.cross],
-                                [scores, candidates, keys, values])
+        scores, candidates, keys, values, mask, slot_row = self._outputs(batch, cache.slots)
+        np.less(slot_row, start.numpy()[:, None], out=mask.numpy()[:, 0, 0])
+        session, last = b.copy_step_session, self._last
+        bound = (tokens, start, cross, cache.key, cache.value, mask, scores)
+        if (last is not None and last[0] is session and last[1] == session.bindings
+                and all(map(is_, bound, last[2]))):
+            session.run_bound()
+        else:
+            session.run([tokens, start, cross.mask, mask, *b.verifier().past_views(cache),
+                         *cross.cross], [scores, candidates, keys.flatten(0, 1),
+                                         values.flatten(0, 1)])
+            self._last = (session, session.bindings, bound)
         cache.begin_pass(start, 1, start_max, uniform, mask=False)
-        shape = (b.layers, batch, *keys.shape[1:])
-        cache.store_all(keys.view(shape), values.view(shape))
+        cache.store_all(keys, values)
         return scores, candidates
+
+    def _outputs(self, batch: int, slots: int) -> tuple:
+        """The buffers of B rows over T slots: scores, candidates, (L, B, H, 1, D)
+        keys and values, the (B, 1, 1, T) mask and the (T,) slot numbers."""
+        kept = self._buffers.get((batch, slots))
+        if kept is None:
+            if len(self._buffers) >= 64:  # a batch's shapes change as rows finish
+                self._buffers.clear()
+            b = self.backend
+            keys = torch.empty(b.layers, batch, b.heads, 1, b.dim // b.heads)
+            kept = self._buffers[batch, slots] = (
+                torch.empty(batch, CANDIDATES), torch.empty(batch, CANDIDATES, dtype=torch.long),
+                keys, torch.empty_like(keys), torch.empty(batch, 1, 1, slots, dtype=torch.bool),
+                np.arange(slots))
+        return kept
 
 
 class VerifierDrafter(DraftsByChoice):
