@@ -31,13 +31,14 @@ import torch
 from torch import nn
 
 from nmt_specdec.cpu_flags import has_vnni
+from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CANDIDATES as COPY_CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
+    COPY_STEP,
     DRAFT,
     DRAFT_LOGITS,
     DRAFT_MEMORY,
     ENCODER,
     ENCODER_SENTENCE,
-    COPY_STEP,
     FUSED,
     OPSET,
     VERIFY,
@@ -45,7 +46,6 @@ from nmt_specdec.decoding.backends.onnxruntime.graph_files import (
     export_graphs,
 )
 from nmt_specdec.decoding.backends.onnxruntime.projection import APPROX_SCOPE, CANDIDATES
-from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CANDIDATES as COPY_CANDIDATES
 from nmt_specdec.decoding.backends.onnxruntime.quantize import (
     BLOCK,
     COPY_BLOCK,
