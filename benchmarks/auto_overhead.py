@@ -61,7 +61,11 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt_specdec import logs  # noqa: E402
-from nmt_specdec.decoding.options import DRAFTERS  # noqa: E402
+from nmt_specdec.decoding.options import (  # noqa: E402
+    DRAFTERS,
+    VERIFIER_COPIES,
+    VERIFIER_DRAFTER_K,
+)
 from nmt_specdec.evaluation import cli  # noqa: E402
 
 
@@ -265,8 +269,11 @@ def measure(cfg, args) -> List[str]:
     runner.freeze_heap()
     for backend, int8 in engines:
         common = dict(beta=1, tau=0.0, backend=backend, int8=int8, drafter=args.drafter)
+        # auto's largest K: a copy's own (it needs no head), else the head's block.
+        cap = (VERIFIER_DRAFTER_K if args.drafter in VERIFIER_COPIES
+               else model.draft_block_size)
         specs = {"greedy": specdec(k=0, backend=backend, int8=int8),
-                 "auto": specdec(k=model.draft_block_size, auto_k=True, **common),
+                 "auto": specdec(k=cap, auto_k=True, **common),
                  **{f"K={k}": specdec(k=k, **common) for k in args.fixed_k}}
         generators = {name: loading.build_generator(task, model, spec, cfg)
                       for name, spec in specs.items()}
@@ -317,10 +324,11 @@ def main() -> int:
 
     model = ("the checkpoint" if args.shape == "checkpoint" else
              f"a random-weight {args.shape} model (time per token only)")
-    print(f"{cfg.checkpoint}, {model}: auto (K <= the head's block size, beta=1, drafter "
-          f"{args.drafter}) against the engine's greedy and fixed K {args.fixed_k}, "
-          f"{args.passes} rounds of {'interleaved ' if args.interleave else ''}passes; "
-          f"{cpu_model()} ({cpu_isa()}), "
+    cap = (f"K <= {VERIFIER_DRAFTER_K}" if args.drafter in VERIFIER_COPIES
+           else "K <= the head's block size")
+    print(f"{cfg.checkpoint}, {model}: auto ({cap}, beta=1, drafter {args.drafter}) against "
+          f"the engine's greedy and fixed K {args.fixed_k}, {args.passes} rounds of "
+          f"{'interleaved ' if args.interleave else ''}passes; {cpu_model()} ({cpu_isa()}), "
           f"{cfg.threads} thread(s)")
     print(HEADER)
     for table in measure(cfg, args):
