@@ -29,6 +29,11 @@ from nmt_specdec.decoding.passes.verifier_pass import LeanVerifier
 CANDIDATES = 16  # scored in fp32 a call: the greedy draft and top-k 10 samples' room
 
 
+def candidates_for(vocab: int) -> int:
+    """C for a vocabulary of ``vocab`` tokens (a tiny one has fewer)."""
+    return min(CANDIDATES, vocab)
+
+
 def _attend_step(q: Tensor, past: tuple, new: tuple, mask: Tensor) -> Tensor:
     """(B, H, 1, D): softmax attention of ``q`` over the cache's ``past`` keys and
     values (B, H, T, D), ``mask`` (B, 1, 1, T) additive, and the ``new`` (B, H, 1, D)
@@ -85,6 +90,7 @@ class CopyStepGraph(nn.Module):
         self.verifier = verifier
         # (V, C) fp32 rows: the embedding's own where tied (the export stores it once).
         self.rows = verifier.decoder.output_projection.weight.detach()
+        self.candidates = candidates_for(self.rows.size(0))  # an int: the graph's constant
 
     def forward(self, tokens: Tensor, start: Tensor, memory_mask: Tensor, self_mask: Tensor,
                 *kv: Tensor):
@@ -101,6 +107,6 @@ class CopyStepGraph(nn.Module):
             keys.append(key)
             values.append(value)
         x = norm_if(True, x, lean.final_norm)
-        candidates = torch.matmul(x, lean.output_t).topk(CANDIDATES, -1).indices  # (B, C)
+        candidates = torch.matmul(x, lean.output_t).topk(self.candidates, -1).indices  # (B, C)
         scores = torch.matmul(self.rows[candidates], x.unsqueeze(-1)).squeeze(-1)
         return scores, candidates, torch.cat(keys), torch.cat(values)

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nmt_specdec.decoding.backends.onnxruntime.copy_graph import CANDIDATES
+from nmt_specdec.decoding.backends.onnxruntime.copy_graph import candidates_for
 from nmt_specdec.decoding.backends.onnxruntime.quantize import COPY_BITS
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
@@ -85,7 +85,7 @@ class CopyStep:
         b, batch = self.backend, tokens.size(0)
         if batch >= self.rows_from:
             verified = b.verifier().verify(tokens, start, start_max, cache, cross, uniform)
-            return verified.logits[:, 0].topk(CANDIDATES, -1)
+            return verified.logits[:, 0].topk(candidates_for(b.vocab), -1)
         cache.reserve(start_max + 1)  # before the graph reads the buffers
         scores, candidates, keys, values, mask, slot_row = self._outputs(batch, cache.slots)
         np.less(slot_row, start.numpy()[:, None], out=mask.numpy()[:, 0, 0])
@@ -112,8 +112,9 @@ class CopyStep:
                 self._buffers.clear()
             b = self.backend
             keys = torch.empty(b.layers, batch, b.heads, 1, b.dim // b.heads)
+            width = candidates_for(b.vocab)
             kept = self._buffers[batch, slots] = (
-                torch.empty(batch, CANDIDATES), torch.empty(batch, CANDIDATES, dtype=torch.long),
+                torch.empty(batch, width), torch.empty(batch, width, dtype=torch.long),
                 keys, torch.empty_like(keys), torch.empty(batch, 1, 1, slots, dtype=torch.bool),
                 np.arange(slots))
         return kept
