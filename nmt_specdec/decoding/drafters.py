@@ -40,6 +40,10 @@ class DraftRequest(NamedTuple):
             a model of the verifier's shape may read it and write the slots from
             the last committed token's on: the next verify call feeds those
             positions and writes them again. None where the loop does not say.
+        eos: the end-of-sentence id where the loop takes a chain that ends at
+            its first EOS draft (a single row: nothing after an EOS is ever
+            committed); a drafter that pays per drafted token may stop there and
+            return fewer than K drafts. None: return K.
     """
 
     prefix: Tensor
@@ -49,6 +53,7 @@ class DraftRequest(NamedTuple):
     num_slots: int
     anchor: Optional[Tuple[int, int, int]] = None
     cache: Any = None
+    eos: Optional[int] = None
 
 
 class Drafter:
@@ -67,7 +72,7 @@ class Drafter:
         return like.new_zeros(batch, like.size(-1))
 
     def propose(self, request: DraftRequest) -> Tensor:
-        """Returns (B, K) long draft tokens."""
+        """Returns (B, K) long draft tokens (fewer than K only after ``request.eos``)."""
         raise NotImplementedError
 
 

@@ -1,8 +1,9 @@
 """The single-row loop (:mod:`nmt_specdec.decoding.loops.single_row`) equals the batched loop.
 
 At batch 1 on the CPU the engine decides on the host; the batched loop's
-tensor path (:func:`~nmt_specdec.decoding.loops.decode_rows`) is the reference. Same tokens, same scores (bit for bit: the same float32 arithmetic),
-same iterations per sentence and the same statistics, on the shipped model's
+tensor path (:func:`~nmt_specdec.decoding.loops.decode_rows`) is the reference. Same tokens, the
+same scores (to float32's rounding: the single-row loop verifies a chain only up to its first EOS
+draft, a call of fewer inputs), the same iterations per sentence and the same statistics, on the shipped model's
 40 hand-written sentences, for greedy, SpecDec beta=1, relaxed acceptance, draft
 trees and --spec-k auto, on both backends; and at the length limits (EOS forbidden before
 ``min_len``, forced at ``max_len``), with an unk penalty and with a temperature,
@@ -55,12 +56,14 @@ def _assert_same(results) -> None:
     (ours, our_stats), (theirs, their_stats) = results
     for index, (a, b) in enumerate(zip(ours, theirs)):
         assert torch.equal(a["tokens"], b["tokens"]), index
-        assert torch.equal(a["positional_scores"], b["positional_scores"]), index
+        torch.testing.assert_close(a["positional_scores"], b["positional_scores"],
+                                   atol=1e-5, rtol=0, msg=f"sentence {index}")
         assert a["positional_scores"].dtype == b["positional_scores"].dtype
         assert a["iterations"] == b["iterations"], index
-    for field in ("sentences", "iterations", "tokens", "drafted_per_slot",
-                  "accepted_per_slot"):
+    for field in ("sentences", "iterations", "tokens", "accepted_per_slot"):
         assert getattr(our_stats, field) == getattr(their_stats, field), field
+    # Slots after an EOS draft that the verifier rejected: the batched loop drafts them.
+    assert all(a <= b for a, b in zip(our_stats.drafted_per_slot, their_stats.drafted_per_slot))
 
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime"])

@@ -77,7 +77,8 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         length = len(row.committed)  # BOS included; the last token is not cached yet
         k, checks = plan_turn(parts, batch.k_max, len(turns), length, batch.limits)
         tree = tree_layout(k, options.candidates) if k > 0 and options.candidates > 1 else None
-        tokens = row.draft(parts, k, options.candidates if tree is not None else 1, batch.cache)
+        planned = k  # what the K policy chose; the chain may end sooner, at an EOS draft
+        tokens, k = row.draft(parts, k, options.candidates if tree is not None else 1, batch.cache)
         row.host_start[0] = length - 1
         verified = parts.verifier.verify(tokens, row.start, length - 1, batch.cache,
                                          batch.cross, True, tree)
@@ -90,7 +91,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
             row.states = verified.hidden[:, row.final]
         turns.append(Turn(k, decided.accepted, count, finished))
         # Drafts committed (an accepted EOS draft among them), none past the EOS.
-        end_turn(parts, k, [min(decided.accepted, count)] if parts.k_policy.wants_counts
+        end_turn(parts, planned, [min(decided.accepted, count)] if parts.k_policy.wants_counts
                  else [], started)
     parts.stats.sentences += 1
     parts.stats.add_tally(*tally_host_turns(turns, batch.k_max))
@@ -130,27 +131,42 @@ class _HostRow:
         self.offsets = torch.arange(batch.k_max + 1)
         self.key = int(self.rows.keys[0])  # the sentence's sampling key
 
-    def draft(self, parts: LoopParts, k: int, candidates: int, cache) -> Tensor:
+    def draft(self, parts: LoopParts, k: int, candidates: int, cache) -> Tuple[Tensor, int]:
         """Step 1: the (1, N) verify inputs (``cache``: the verifier's, which a
-        drafter may read)."""
+        drafter may read) and K. A chain ends at its first EOS draft: nothing after
+        it is ever committed, so verifying it (and, for a drafter that pays per
+        token, drafting it) is time for nothing; K is then the drafts before it
+        and the EOS. The verifier decides the same tokens either way."""
+        if k == 0:
+            return self._inputs(0)[0], 0
+        anchor = (len(self.committed) - 1, self.committed[-1], self.final)
+        request = DraftRequest(self.prefix, self.rows.lengths, self.states, self.rows.index,
+                               k, anchor, cache, None if candidates > 1 else parts.rules.eos)
+        if parts.sampling is not None:
+            drafts = self._sample_drafts(parts, request, k, candidates)  # (C, K)
+            if candidates > 1:
+                last = self._inputs(0)[0]
+                return flatten_candidates(last, torch.from_numpy(drafts)[None]), k
+            drafts = drafts[0]
+        elif candidates > 1:
+            return draft_inputs(parts.drafter, request, self._inputs(0)[0], candidates), k
+        else:
+            drafts = parts.drafter.propose(request)[0].numpy()
+        ends = np.flatnonzero(drafts == parts.rules.eos)
+        k = int(ends[0]) + 1 if ends.size else len(drafts)
+        tokens, host = self._inputs(k)
+        host[0, 1:] = drafts[:k]
+        return tokens, k
+
+    def _inputs(self, k: int) -> Tuple[Tensor, np.ndarray]:
+        """The kept (1, K+1) verify inputs and their numpy view, the last committed
+        token written in column 0."""
         kept = self.inputs.get(k + 1)
         if kept is None:
             tensor = self.rows.lengths.new_zeros(1, k + 1)
             kept = self.inputs[k + 1] = (tensor, tensor.numpy())
-        tokens = kept[0]
         kept[1][0, 0] = self.committed[-1]  # a numpy scalar write: a tenth of a tensor's
-        request = None
-        if k > 0:
-            anchor = (len(self.committed) - 1, self.committed[-1], self.final)
-            request = DraftRequest(self.prefix, self.rows.lengths, self.states, self.rows.index,
-                                   k, anchor, cache)
-        if parts.sampling is not None and request is not None:
-            drafts = self._sample_drafts(parts, request, k, candidates)  # (C, K)
-            if candidates == 1:
-                kept[1][0, 1:] = drafts[0]
-                return tokens
-            return flatten_candidates(tokens[:, :1], torch.from_numpy(drafts)[None])
-        return draft_inputs(parts.drafter, request, None, candidates, into=tokens)
+        return kept
 
     def _sample_drafts(self, parts: LoopParts, request: DraftRequest, k: int,
                        candidates: int) -> np.ndarray:

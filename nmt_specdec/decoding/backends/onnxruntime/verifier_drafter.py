@@ -172,7 +172,9 @@ class VerifierDrafter(DraftsByChoice):
 
     def _propose_one(self, request: DraftRequest, choose: Optional[Choice]) -> Tensor:
         """:meth:`propose` for one row, deciding with host ints: the calls
-        themselves are most of a step, so what is around them must stay small."""
+        themselves are most of a step, so what is around them must stay small.
+        The drafts end at ``request.eos`` where the loop gives it: a sentence's
+        last iteration then makes no calls past its end."""
         position, token, _ = request.anchor
         drafts = []
         for slot in range(request.num_slots):
@@ -181,6 +183,8 @@ class VerifierDrafter(DraftsByChoice):
                                            request.cache, self.cross, True)
             token = self._best_one(scores, candidates, slot, choose)
             drafts.append(token)
+            if token == request.eos:  # nothing after it is committed: no more calls
+                break
         return torch.tensor([drafts])
 
     def _best(self, scores: Tensor, candidates: Tensor, slot: int,
