@@ -40,10 +40,12 @@ class DraftRequest(NamedTuple):
             a model of the verifier's shape may read it and write the slots from
             the last committed token's on: the next verify call feeds those
             positions and writes them again. None where the loop does not say.
-        eos: the end-of-sentence id where the loop takes a chain that ends at
-            its first EOS draft (a single row: nothing after an EOS is ever
-            committed); a drafter that pays per drafted token may stop there and
-            return fewer than K drafts. None: return K.
+        eos: the end-of-sentence id where the loop takes a chain shorter than
+            K (a single row, whose chain ends at its first EOS draft: nothing
+            after an EOS is ever committed). A drafter that pays per drafted
+            token may then stop at an EOS draft, or wherever its own scores say
+            the drafts after are seldom kept, and return fewer than K drafts (at
+            least one). None: return K.
     """
 
     prefix: Tensor
@@ -72,7 +74,7 @@ class Drafter:
         return like.new_zeros(batch, like.size(-1))
 
     def propose(self, request: DraftRequest) -> Tensor:
-        """Returns (B, K) long draft tokens (fewer than K only after ``request.eos``)."""
+        """Returns (B, K) long draft tokens (fewer only where ``request.eos`` is given)."""
         raise NotImplementedError
 
 

@@ -10,7 +10,9 @@ ONNX graph drafts, token by token, for the fp32 verifier
   accepted about as often as chance);
 - the copy writes the verifier's cache only where the next verify call writes
   again: from each row's last committed token on, never before it;
-- the single-row and batched loops take the same iterations;
+- the single-row and batched loops take the same iterations, where the copy's
+  drafts end only at an EOS draft; a single row's drafts end early where the
+  copy is unsure, for the same output;
 - a stock fairseq transformer (no draft head) decodes with it through
   ``fairseq-generate``, as greedy does;
 - what cannot work is refused in one line.
@@ -100,12 +102,27 @@ def test_the_copy_writes_the_verifiers_cache_only_after_the_committed_slots(ship
 
 
 def test_single_row_loop_takes_the_batched_loops_iterations(shipped):
+    # Without the stop on the copy's scores, the single row's chain differs from
+    # the batched loop's only after an EOS draft, which commits nothing.
     model, task, sources, backend, _ = shipped
     from nmt_specdec.decoding.loops import DynamicLoop, decode_rows, decode_single_row
 
     single_row = _drafting(model, task, backend, loop=DynamicLoop(decode_single_row))
+    single_row.drafter.stop_below = 0.0
     batched = _drafting(model, task, backend, loop=DynamicLoop(decode_rows))
     assert_same_decoding(single_row, batched, model, task, sources[:20])
+
+
+def test_a_single_rows_drafts_end_where_the_copy_is_unsure(shipped):
+    # The stop on the copy's own scores: fewer drafts for the same output.
+    model, task, sources, backend, greedy = shipped
+    drafted = []
+    for stop_below in (0.0, 0.5):
+        generator = _drafting(model, task, backend, k=6, drafter="verifier-int4")
+        generator.drafter.stop_below = stop_below
+        assert decode_all(generator, model, task, sources, 1) == greedy
+        drafted.append(sum(generator.stats.drafted_per_slot))
+    assert drafted[1] < drafted[0]
 
 
 def test_refusals(shipped):

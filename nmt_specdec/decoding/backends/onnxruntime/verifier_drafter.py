@@ -51,6 +51,10 @@ from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
 
 COPY_DRAFTERS = {"verifier-int8": 8, "verifier-int4": COPY_BITS}  # --spec-drafter: its copy's bits
+# A single row's drafts end after one whose share of its candidates' probability is below this:
+# the fastest of 0.1-0.4 on the gettext test sentences (docs/results.md, "A chain ends at its
+# first EOS draft").
+STOP_BELOW = 0.25
 
 
 class CopyStep:
@@ -130,10 +134,13 @@ class VerifierDrafter(DraftsByChoice):
         copy: returns the copy's calls, up to date (called once a batch).
         pad: the padding id (never drafted: a pad draft is never accepted).
         vocab: V, the width of the logits a choice reads.
+        stop_below: a single row's drafts end after one whose share of its
+            candidates' probability is below this (0: only at an EOS draft).
     """
 
-    def __init__(self, copy: Callable[[], CopyStep], pad: int, vocab: int):
-        self.copy, self.pad, self.vocab = copy, pad, vocab
+    def __init__(self, copy: Callable[[], CopyStep], pad: int, vocab: int,
+                 stop_below: float = STOP_BELOW):
+        self.copy, self.pad, self.vocab, self.stop_below = copy, pad, vocab, stop_below
         self.step: Optional[CopyStep] = None
         self.cross: Any = None
         # One row's call inputs, kept: a graph runtime then keeps their bindings.
@@ -173,17 +180,21 @@ class VerifierDrafter(DraftsByChoice):
     def _propose_one(self, request: DraftRequest, choose: Optional[Choice]) -> Tensor:
         """:meth:`propose` for one row, deciding with host ints: the calls
         themselves are most of a step, so what is around them must stay small.
-        The drafts end at ``request.eos`` where the loop gives it: a sentence's
-        last iteration then makes no calls past its end."""
+        Where the loop takes a chain shorter than K (``request.eos`` given), the
+        drafts end at an EOS draft (a sentence's last iteration makes no calls
+        past its end) or at one whose share of its candidates' probability is
+        below ``stop_below`` (the verifier seldom keeps the drafts after it).
+        Where the drafts end depends on the copy's own scores and drafts alone,
+        so the verifier's decision, greedy or sampled, is unchanged."""
         position, token, _ = request.anchor
         drafts = []
         for slot in range(request.num_slots):
             self._start[0], self._token[0, 0] = position + slot, token
             scores, candidates = self.step(self._token, self._start, position + slot,
                                            request.cache, self.cross, True)
-            token = self._best_one(scores, candidates, slot, choose)
+            token, share = self._best_one(scores, candidates, slot, choose)
             drafts.append(token)
-            if token == request.eos:  # nothing after it is committed: no more calls
+            if request.eos is not None and (token == request.eos or share < self.stop_below):
                 break
         return torch.tensor([drafts])
 
@@ -196,12 +207,16 @@ class VerifierDrafter(DraftsByChoice):
         return torch.as_tensor(choose(self._logits(scores, candidates), slot))
 
     def _best_one(self, scores: Tensor, candidates: Tensor, slot: int,
-                  choose: Optional[Choice]) -> int:
-        """:meth:`_best` of one row's (1, C) candidates, on the host."""
-        if choose is not None:
-            return int(self._best(scores, candidates, slot, choose)[0])
+                  choose: Optional[Choice]) -> Tuple[int, float]:
+        """:meth:`_best` of one row's (1, C) candidates, on the host, and the
+        draft's share of the candidates' probability (its scores untempered)."""
         ids = candidates.numpy()[0]
-        return int(ids[np.where(ids == self.pad, -np.inf, scores.numpy()[0]).argmax()])
+        row = np.where(ids == self.pad, -np.inf, scores.numpy()[0])
+        if choose is None:
+            best = row.argmax()
+        else:
+            best = np.flatnonzero(ids == int(self._best(scores, candidates, slot, choose)[0]))[0]
+        return int(ids[best]), float(1.0 / np.exp(row - row[best]).sum())
 
     def _logits(self, scores: Tensor, candidates: Tensor) -> Tensor:
         """(B, V): the candidates' scores, every other token -inf."""
