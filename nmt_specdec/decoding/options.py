@@ -37,9 +37,9 @@ from nmt_specdec.errors import UserError
 DRAFTERS = ("head", "verifier-int8", "verifier-int4")
 VERIFIER_COPIES = DRAFTERS[1:]
 # The largest K of --spec-k auto with --spec-drafter verifier-int8 or -int4: the 4-bit copy's
-# fastest fixed K on the gettext test sentences, a single row's chain ending at its first EOS
-# draft (docs/results.md, "A chain ends at its first EOS draft").
-VERIFIER_DRAFTER_K = 8
+# fastest fixed K on the gettext test sentences, where a single row's drafts end at an EOS or an
+# unsure draft (docs/results.md, "A chain ends at its first EOS draft").
+VERIFIER_DRAFTER_K = 10
 # --spec-k's value for "choose K per iteration", and its default.
 AUTO = "auto"
 SPEC_K = "spec_k"
