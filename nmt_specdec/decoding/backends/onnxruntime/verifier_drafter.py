@@ -134,7 +134,7 @@ class VerifierDrafter(DraftsByChoice):
         copy: returns the copy's calls, up to date (called once a batch).
         pad: the padding id (never drafted: a pad draft is never accepted).
         vocab: V, the width of the logits a choice reads.
-        stop_below: a single row's drafts end after one whose share of its
+        stop_below: a single row's greedy drafts end after one whose share of its
             candidates' probability is below this (0: only at an EOS draft).
     """
 
@@ -182,8 +182,9 @@ class VerifierDrafter(DraftsByChoice):
         themselves are most of a step, so what is around them must stay small.
         Where the loop takes a chain shorter than K (``request.eos`` given), the
         drafts end at an EOS draft (a sentence's last iteration makes no calls
-        past its end) or at one whose share of its candidates' probability is
-        below ``stop_below`` (the verifier seldom keeps the drafts after it).
+        past its end) or, a best draft, at one whose share of its candidates'
+        probability is below ``stop_below`` (the verifier seldom keeps the
+        drafts after it).
         Where the drafts end depends on the copy's own scores and drafts alone,
         so the verifier's decision, greedy or sampled, is unchanged."""
         position, token, _ = request.anchor
@@ -208,14 +209,16 @@ class VerifierDrafter(DraftsByChoice):
 
     def _best_one(self, scores: Tensor, candidates: Tensor, slot: int,
                   choose: Optional[Choice]) -> Tuple[int, float]:
-        """:meth:`_best` of one row's (1, C) candidates, on the host, and the
-        draft's share of the candidates' probability (its scores untempered)."""
+        """:meth:`_best` of one row's (1, C) candidates, on the host, and the best
+        draft's share of the candidates' probability. A chosen draft (under
+        ``--sampling``) gets 1: a sample's share says little of whether the
+        verifier draws the same token (its drafts are kept ~95% of the time at
+        any share), so only an EOS ends its chain."""
+        if choose is not None:
+            return int(self._best(scores, candidates, slot, choose)[0]), 1.0
         ids = candidates.numpy()[0]
         row = np.where(ids == self.pad, -np.inf, scores.numpy()[0])
-        if choose is None:
-            best = row.argmax()
-        else:
-            best = np.flatnonzero(ids == int(self._best(scores, candidates, slot, choose)[0]))[0]
+        best = row.argmax()
         return int(ids[best]), float(1.0 / np.exp(row - row[best]).sum())
 
     def _logits(self, scores: Tensor, candidates: Tensor) -> Tensor:
