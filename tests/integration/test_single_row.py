@@ -83,16 +83,23 @@ def test_single_row_loop_equals_the_batched_loop(shipped, backend, k, beta, tau,
 
 def test_auto_k_takes_the_same_turns(shipped):
     # The policy learns from timings, so its choices may differ between two runs;
-    # with a fixed cost model they must not.
+    # with a fixed cost model, and a sentence's seconds its turns' cost by that
+    # model (a sentence's measured overhead decides whether the next drafts), they
+    # must not.
     from nmt_specdec.decoding.k_policy import AutoK
     from nmt_specdec.decoding.options import DecodingOptions
+
+    class FixedCosts(AutoK):
+        def end_batch(self, tokens: int, seconds: float) -> None:
+            modelled = sum(turns * self.cost(k, 1) for k, turns in self.batch_turns.items())
+            super().end_batch(tokens, modelled)
 
     model, task, sources = shipped
     dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
     outputs = []
     for loop in _loops():
         generator = _generator(model, task, DecodingOptions(k=4, auto_k=True), loop)
-        generator.k_policy = AutoK(4, cost=lambda k, batch: 1.0 + 0.3 * k)
+        generator.k_policy = FixedCosts(4, cost=lambda k, batch: 1.0 + 0.3 * k)
         hyps = [generator.generate([model], dataset.collater([dataset[i]]))[0][0]
                 for i in range(len(sources))]
         outputs.append(([h["tokens"].tolist() for h in hyps], generator.stats.k_chosen))
