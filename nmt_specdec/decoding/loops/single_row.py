@@ -77,7 +77,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         length = len(row.committed)  # BOS included; the last token is not cached yet
         k, checks = plan_turn(parts, batch.k_max, len(turns), length, batch.limits)
         tree = tree_layout(k, options.candidates) if k > 0 and options.candidates > 1 else None
-        planned = k  # what the K policy chose; the chain may end sooner, at an EOS draft
+        planned = k  # what the K policy chose; a chain may end sooner (:meth:`_HostRow.draft`)
         tokens, k = row.draft(parts, k, options.candidates if tree is not None else 1, batch.cache)
         row.host_start[0] = length - 1
         verified = parts.verifier.verify(tokens, row.start, length - 1, batch.cache,
@@ -136,7 +136,8 @@ class _HostRow:
         drafter may read) and K. A chain ends at its first EOS draft: nothing after
         it is ever committed, so verifying it (and, for a drafter that pays per
         token, drafting it) is time for nothing; K is then the drafts before it
-        and the EOS. The verifier decides the same tokens either way."""
+        and the EOS (or fewer, where the drafter stopped sooner: ``DraftRequest.eos``).
+        The verifier decides the same tokens either way."""
         if k == 0:
             return self._inputs(0)[0], 0
         anchor = (len(self.committed) - 1, self.committed[-1], self.final)

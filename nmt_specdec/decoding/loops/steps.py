@@ -170,32 +170,24 @@ def plan_turn(parts: LoopParts, k_max: int, turn: int, longest: int,
     return k, (turn < parts.rules.min_len, longest - 1 + k >= min(limits))
 
 
-def draft_inputs(drafter: Drafter, request: Optional[DraftRequest], last: Optional[Tensor],
-                 candidates: int, into: Optional[Tensor] = None) -> Tensor:
+def draft_inputs(drafter: Drafter, request: Optional[DraftRequest], last: Tensor,
+                 candidates: int) -> Tensor:
     """Step 1, draft: the verify inputs, each row's last committed token then its drafts.
 
     Args:
         request: what the drafter may read; None when K = 0 (nothing to draft).
-        last: (B, 1) each row's last committed token; None: column 0 of ``into``.
+        last: (B, 1) each row's last committed token.
         candidates: C; above 1 the chain and its leaves, flat in verify order
             (:mod:`.draft_tree`).
-        into: a kept (B, K+1) buffer holding the last committed tokens in column
-            0: a chain is written into it, so that a graph runtime keeps its
-            input binding from turn to turn.
 
     Returns:
         (B, N) inputs: N = K+1 for a chain, 1 + K*C for a tree.
     """
     if request is None:
-        return last if into is None else into
+        return last
     if candidates > 1:
-        last = into[:, :1] if last is None else last
         return flatten_candidates(last, drafter.propose_candidates(request, candidates))
-    drafts = drafter.propose(request)  # (B, K)
-    if into is None:
-        return torch.cat([last, drafts], 1)
-    into[:, 1:] = drafts
-    return into
+    return torch.cat([last, drafter.propose(request)], 1)
 
 
 def constrained_scores(verifier: VerifierCalls, verified: Verified,

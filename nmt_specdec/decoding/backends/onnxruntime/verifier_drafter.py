@@ -51,7 +51,7 @@ from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
 
 COPY_DRAFTERS = {"verifier-int8": 8, "verifier-int4": COPY_BITS}  # --spec-drafter: its copy's bits
-# A single row's drafts end after one whose share of its candidates' probability is below this:
+# A single row's greedy drafts end after one whose share of its candidates' probability is below this:
 # the fastest of 0.1-0.4 on the gettext test sentences (docs/results.md, "A chain ends at its
 # first EOS draft").
 STOP_BELOW = 0.25
