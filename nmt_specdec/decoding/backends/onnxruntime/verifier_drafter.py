@@ -39,13 +39,14 @@ Shapes: B active rows, T buffer width, K draft slots, C candidates, V vocabulary
 from __future__ import annotations
 
 from operator import is_
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from nmt_specdec.decoding.backends.onnxruntime.copy_graph import candidates_for
+from nmt_specdec.decoding.backends.onnxruntime.graph_session import Scratch
 from nmt_specdec.decoding.backends.onnxruntime.quantize import COPY_BITS
 from nmt_specdec.decoding.cache import StaticKVCache
 from nmt_specdec.decoding.drafters import Choice, DraftRequest, DraftsByChoice
@@ -73,7 +74,7 @@ class CopyStep:
 
     def __init__(self, backend: Any, rows_from: int):
         self.backend, self.rows_from = backend, rows_from
-        self._buffers: Dict[Tuple[int, int], tuple] = {}  # (B, T) -> _outputs
+        self.scratch = Scratch()
         self._last: Optional[tuple] = None  # (session, its bindings, the tensors bound)
 
     def cross_states(self, encoder_out: Any) -> Any:
@@ -91,8 +92,8 @@ class CopyStep:
             verified = b.verifier().verify(tokens, start, start_max, cache, cross, uniform)
             return verified.logits[:, 0].topk(candidates_for(b.vocab), -1)
         cache.reserve(start_max + 1)  # before the graph reads the buffers
-        scores, candidates, keys, values, mask, slot_row = self._outputs(batch, cache.slots)
-        np.less(slot_row, start.numpy()[:, None], out=mask.numpy()[:, 0, 0])
+        scores, candidates, keys, values, mask = self._outputs(batch, cache.slots)
+        np.less(np.arange(cache.slots), start.numpy()[:, None], out=mask.numpy()[:, 0, 0])
         session, last = b.copy_step_session, self._last
         bound = (tokens, start, cross, cache.key, cache.value, mask, scores)
         if (last is not None and last[0] is session and last[1] == session.bindings
@@ -109,19 +110,12 @@ class CopyStep:
 
     def _outputs(self, batch: int, slots: int) -> tuple:
         """The buffers of B rows over T slots: scores, candidates, (L, B, H, 1, D)
-        keys and values, the (B, 1, 1, T) mask and the (T,) slot numbers."""
-        kept = self._buffers.get((batch, slots))
-        if kept is None:
-            if len(self._buffers) >= 64:  # a batch's shapes change as rows finish
-                self._buffers.clear()
-            b = self.backend
-            keys = torch.empty(b.layers, batch, b.heads, 1, b.dim // b.heads)
-            width = candidates_for(b.vocab)
-            kept = self._buffers[batch, slots] = (
-                torch.empty(batch, width), torch.empty(batch, width, dtype=torch.long),
-                keys, torch.empty_like(keys), torch.empty(batch, 1, 1, slots, dtype=torch.bool),
-                np.arange(slots))
-        return kept
+        keys and values and the (B, 1, 1, T) mask (the same objects while the
+        shapes hold: the call's bindings then hold too)."""
+        b, take, width = self.backend, self.scratch.take, candidates_for(self.backend.vocab)
+        keys = take("keys", (b.layers, batch, b.heads, 1, b.dim // b.heads))
+        return (take("scores", (batch, width)), take("candidates", (batch, width), torch.long),
+                keys, take("values", keys.shape), take("self_mask", (batch, 1, 1, slots), torch.bool))
 
 
 class VerifierDrafter(DraftsByChoice):
