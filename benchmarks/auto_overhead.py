@@ -26,7 +26,7 @@ machine's drifts, which move whole passes by more than the margins measured):
   and how many of the group's sentences auto drafted in on a pass of its own:
   where drafting pays, and whether auto finds it.
 
-``--drafter verifier-int8`` drafts with the verifier's own 8-bit copy (fp32 ONNX
+``--drafter verifier-int8`` drafts with the verifier's own 8-bit copy (ONNX
 Runtime only); ``--shape base`` (or ``tiny``, ``big``) replaces the checkpoint by a
 random-weight model of that shape (:mod:`benchmarks.cost_model`): such a model
 does not translate, so its ratios are time per token only. Drafting pays nowhere

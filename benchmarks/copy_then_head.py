@@ -12,7 +12,8 @@ timed rounds (``benchmarks/auto_overhead.py``), one per ``--rows`` entry
 ``DRAFTER:K:REFINE``: DRAFTER ``head`` or ``copy``; REFINE the head's refinement
 runs. Prints tokens per iteration, acceptance per slot (given the slots before
 it), whether the output equals greedy's, and greedy s / row s (median and
-quartiles of the rounds). Batch 1, ONNX Runtime, fp32. It takes the
+quartiles of the rounds). Batch 1, ONNX Runtime, fp32 (``--verifier-int8``: the 8-bit verifier,
+greedy's too). It takes the
 evaluation's options::
 
     M=models/gettext-de-en-base T=work/gettext-heldout/raw
@@ -47,8 +48,9 @@ HEADER = ("| drafter | K | refine | tok/iter | acceptance per slot | = greedy | 
 DRAFTERS = {"head": "head", "copy": "verifier-int4"}
 
 
-def build_runs(cfg, rows: List[str]) -> Dict[str, Any]:
-    """The engine's greedy and one run per ``DRAFTER:K:REFINE`` row, batch 1."""
+def build_runs(cfg, rows: List[str], int8: bool = False) -> Dict[str, Any]:
+    """The engine's greedy and one run per ``DRAFTER:K:REFINE`` row, batch 1
+    (``int8``: the 8-bit verifier in every row, greedy's too)."""
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model, the safe loader)
     from nmt_specdec.evaluation import loading, metrics, pipeline, runner
     from nmt_specdec.evaluation.config import specdec
@@ -59,14 +61,14 @@ def build_runs(cfg, rows: List[str]) -> Dict[str, Any]:
     detokenize = metrics.Detokenizer(task.target_dictionary, cfg.spm_model, cfg.post_process)
     batches = make_batches(task, pipeline.load_testset(cfg, task, detokenize).sources, 1, device)
     runner.freeze_heap()
-    greedy = specdec(k=0, backend="onnxruntime")
+    greedy = specdec(k=0, backend="onnxruntime", int8=int8)
     runs = {"greedy": runner.Run(greedy, 1, loading.build_generator(task, model, greedy, cfg),
                                  model, batches)}
     for row in rows:
         drafter, k, refine = row.split(":")
         if drafter not in DRAFTERS:
             raise UserError(f"--rows: DRAFTER must be one of {', '.join(DRAFTERS)}, got {row!r}")
-        spec = specdec(k=int(k), beta=1, tau=0.0, backend="onnxruntime",
+        spec = specdec(k=int(k), beta=1, tau=0.0, backend="onnxruntime", int8=int8,
                        refine_steps=int(refine), drafter=DRAFTERS[drafter])
         runs[row] = runner.Run(spec, 1, loading.build_generator(task, model, spec, cfg), model,
                                batches)
@@ -95,18 +97,21 @@ def main() -> int:
                         help="DRAFTER:K:REFINE each, DRAFTER head or copy")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds, every row interleaved sentence by sentence")
+    parser.add_argument("--verifier-int8", action="store_true",
+                        help="the 8-bit verifier in every row (greedy's too) instead of fp32")
     args, evaluate_args = parser.parse_known_args()
     cfg = cli.config_from_args(cli.build_parser().parse_args(evaluate_args), evaluate_args)
     from nmt_specdec.evaluation.machine import cpu_isa, cpu_model
 
     try:
-        built = build_runs(cfg, args.rows)
+        built = build_runs(cfg, args.rows, args.verifier_int8)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     runs = built["runs"]
     seconds = interleaved_seconds(built["task"], runs, args.rounds)
-    print(f"{cfg.checkpoint}, head {cfg.draft_head}: beta=1, batch 1, ONNX Runtime fp32, "
+    print(f"{cfg.checkpoint}, head {cfg.draft_head}: beta=1, batch 1, ONNX Runtime "
+          f"{'int8' if args.verifier_int8 else 'fp32'}, "
           f"{args.rounds} interleaved rounds; {cpu_model()} ({cpu_isa()}), {cfg.threads} "
           f"thread(s)")
     print(HEADER)

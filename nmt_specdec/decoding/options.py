@@ -147,6 +147,10 @@ class DecodingOptions:
         if self.candidates > 1 and self.drafter != "head":
             raise UserError(f"--spec-candidates > 1 needs the draft head (--spec-drafter "
                             f"{self.drafter} proposes one token per slot)")
+        if self.auto_k and self.int8 and self.drafter != "head":
+            raise UserError(f"--spec-k auto does not choose for --spec-drafter {self.drafter} "
+                            "beside --int8's verifier, where its drafting lost at every K measured "
+                            "(docs/results.md): give a fixed --spec-k, or drop --int8")
         # Only greedy verification is batch-invariant: with beta > 1 the result would
         # depend on which candidates the batched fast path proposed.
         if self.deterministic and self.spec_decoding and self.beta != 1:

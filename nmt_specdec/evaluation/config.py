@@ -287,11 +287,13 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                           for spec in grid
                           # K=0 drafts nothing
                           if not (fused and spec.k == 0)]
-                for copy in _copies(cfg) if ort and not int8 and not fused else ():
+                for copy in _copies(cfg) if ort and not fused else ():
                     # auto rows explore up to the copy's own cap, as --spec-k auto does
-                    specs += [_with(spec, backend=backend, drafter=copy,
+                    # (which refuses a copy beside --int8's verifier)
+                    specs += [_with(spec, backend=backend, int8=int8, drafter=copy,
                                     k=VERIFIER_DRAFTER_K if spec.auto else spec.k)
-                              for spec in grid if spec.k and spec.candidates == 1]
+                              for spec in grid if spec.k and spec.candidates == 1
+                              and not (int8 and spec.auto)]
     specs += _half_precision_specs(cfg, grid)
     if cfg.relaxed_rows == "one":
         specs = [spec for spec in specs if _kept_relaxed(spec, cfg)]
@@ -328,12 +330,14 @@ def _copies(cfg: EvalConfig) -> List[str]:
 
 def _kept_relaxed(spec: DecoderSpec, cfg: EvalConfig) -> bool:
     """``--relaxed-rows one``: a relaxed row is kept at the first fixed K > 0, on
-    the first backend, fp32 (not int8, not fused); every other row is kept."""
+    the first backend, fp32 (not int8, not fused), the head drafting; every other
+    row is kept."""
     if spec.kind != "specdec" or spec.beta == 1:
         return True
     first_k = next((k for k in cfg.grid_k if k > 0), spec.k)
     return (spec.k == first_k and not spec.auto and spec.backend == cfg.backends[0]
-            and not spec.int8 and not spec.fused_draft and spec.dtype == "float32")
+            and not spec.int8 and not spec.fused_draft and spec.dtype == "float32"
+            and spec.drafter == "head")
 
 
 def _half_precision_specs(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:

@@ -13,6 +13,9 @@ ONNX graph drafts, token by token, for the fp32 verifier
 - the single-row and batched loops take the same iterations, where the copy's
   drafts end only at an EOS draft; a single row's drafts end early where the
   copy is unsure, for the same output;
+- beside the 8-bit verifier (``--int8``), the copy drafts over its cache the same
+  way, and beta = 1 output is the 8-bit greedy output (a fixed K: ``auto`` is
+  refused there, where drafting lost at every K measured);
 - a stock fairseq transformer (no draft head) decodes with it through
   ``fairseq-generate``, as greedy does;
 - what cannot work is refused in one line.
@@ -125,15 +128,29 @@ def test_a_single_rows_drafts_end_where_the_copy_is_unsure(shipped):
     assert drafted[1] < drafted[0]
 
 
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_the_8bit_verifier_keeps_its_own_greedy_output(shipped, batch_size):
+    from nmt_specdec.decoding.backends import make_backend
+
+    model, task, sources, _, _ = shipped
+    int8 = make_backend("onnxruntime", model, task.target_dictionary, int8=True)
+    greedy = decode_all(shipped_generator(model, task, backend=int8), model, task, sources,
+                        batch_size)
+    generator = _drafting(model, task, int8, drafter="verifier-int4")
+    assert decode_all(generator, model, task, sources, batch_size) == greedy
+    stats = generator.stats
+    assert stats.tokens / stats.iterations > 3.0
+
+
 def test_refusals(shipped):
     from nmt_specdec.decoding.backends import make_backend
 
     model, task, _, _, _ = shipped
     with pytest.raises(UserError, match="needs --backend onnxruntime"):
         _drafting(model, task, make_backend("torch", model, task.target_dictionary))
-    int8 = make_backend("onnxruntime", model, task.target_dictionary, int8=True)
-    with pytest.raises(UserError, match="drafts for the fp32 verifier only"):
-        _drafting(model, task, int8)
+    with pytest.raises(UserError, match="--spec-k auto does not choose for --spec-drafter"):
+        DecodingOptions(k=10, auto_k=True, int8=True, backend="onnxruntime",
+                        drafter="verifier-int4")
     with pytest.raises(UserError, match="--spec-candidates > 1 needs the draft head"):
         DecodingOptions(k=2, candidates=2, drafter="verifier-int8")
     with pytest.raises(UserError, match="--spec-drafter must be one of"):

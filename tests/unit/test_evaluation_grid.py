@@ -67,19 +67,22 @@ def test_the_sampling_grid_drafts_with_the_8bit_copy_where_asked(tmp_path):
 
 
 def test_each_copy_asked_for_gets_its_greedy_and_sampling_rows(tmp_path):
-    """Both copies, in the order given, on fp32 ONNX Runtime only (not beside
-    --int8, not on torch); their auto rows explore up to the copies' cap, as
-    ``--spec-k auto --spec-drafter verifier-int4`` does, not the head's block size."""
+    """Both copies, in the order given, on ONNX Runtime only (fp32, and beside
+    --int8's verifier at a fixed K; not on torch; sampling in fp32); their auto rows
+    explore up to the copies' cap, as ``--spec-k auto --spec-drafter verifier-int4``
+    does, not the head's block size."""
     cfg = _config(tmp_path, "--sampling-topk", "10", "--grid-k", "0", "3", "--backend", "torch",
                   "onnxruntime", "--int8", "--drafters", "verifier-int4", "verifier-int8")
     validate(cfg)
     head_block = VERIFIER_DRAFTER_K - 2  # the head's draft block size
     drafted = [spec for spec in build_grid(cfg, default_k=head_block) if spec.drafter != "head"]
-    assert {(spec.backend, spec.int8) for spec in drafted} == {("onnxruntime", False)}
+    assert {spec.backend for spec in drafted} == {"onnxruntime"}
     assert [spec.name for spec in drafted] == [
         *(f"SpecDec {k} β=1 drafter={copy} [onnxruntime]"
           for copy in ("verifier-int4", "verifier-int8")
           for k in ("K=3", f"auto K≤{VERIFIER_DRAFTER_K}")),
+        *(f"SpecDec K=3 β=1 drafter={copy} [onnxruntime int8]"  # auto refuses them there
+          for copy in ("verifier-int4", "verifier-int8")),
         *(f"SpecDec K=3 sampling top-10 drafter={copy} [onnxruntime]"
           for copy in ("verifier-int4", "verifier-int8"))]
     with pytest.raises(UserError, match="--drafters verifier-int4 needs onnxruntime"):

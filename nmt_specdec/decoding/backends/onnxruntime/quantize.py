@@ -12,7 +12,7 @@ Copies of one weight (a refinement layer unrolled twice) are shared before
 quantizing, so that one copy is read. The wider block gives a row other bits
 beside other rows (below): that moves only proposals, never a β=1 output.
 
-The 4-bit copy of the verifier that drafts for the fp32 one (``--spec-drafter
+The 4-bit copy of the verifier that drafts for it (``--spec-drafter
 verifier-int4``) takes the draft graph's reasoning further: every product of
 its step graph (:mod:`.copy_graph`) has :data:`COPY_BITS` in blocks of
 :data:`COPY_BLOCK`, the output projection too, which only picks the candidates

@@ -361,9 +361,8 @@ class OrtBackend(Backend):
         return self._verifier
 
     def _copy_drafter(self, pad: int, bits: int) -> VerifierDrafter:
-        """The ``bits``-bit copy of this fp32 verifier drafting for it (sessions of its own)."""
-        if self.int8:
-            raise UserError(f"--spec-drafter verifier-int{bits} drafts for the fp32 verifier only")
+        """The ``bits``-bit copy of this verifier (fp32 or ``--int8``) drafting for it
+        (sessions of its own)."""
         if bits not in self._copies:
             copy = OrtBackend(self.model, self.pad, self.eos, int8=True, threads=self.threads,
                               copy_bits=bits)

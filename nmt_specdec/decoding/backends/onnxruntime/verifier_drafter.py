@@ -6,9 +6,9 @@ the tokens before it, as the verifier does, so its drafts are accepted nearly
 as often as an oracle's. It costs K calls instead of one draft call, each a
 good part of an fp32 verify call of one position (docs/results.md, "Drafting
 with the verifier's 8-bit copy" and "The 4-bit copy, then the head"). It needs
-no draft head, so any fairseq transformer can draft with it. The fp32 verifier
-still decides every token, so beta = 1 output is the fp32 greedy output, as
-with any drafter. Under ``--sampling`` it drafts the copy's own sample slot
+no draft head, so any fairseq transformer can draft with it. The verifier
+still decides every token, so beta = 1 output is the verifier's greedy output
+(fp32, or 8-bit with ``--int8``), as with any drafter. Under ``--sampling`` it drafts the copy's own sample slot
 after slot (each slot's perturbed argmax, chosen by the loop), which the
 verifier keeps nearly always, where the head's drafts, each from its own
 guess, are kept far less.
@@ -24,8 +24,8 @@ loop's choice from their distribution, every other token left out). Batches of
 ``session.ROWS_FROM`` rows or more draft with the copy's 8-bit batch graph
 instead (the candidates: its logits' best).
 
-The copy keeps no cache of its own: it reads the fp32 encoder's keys and
-values and the fp32 verifier's self-attention cache (``DraftRequest.cache``),
+The copy keeps no cache of its own: it reads the verifier's encoder keys and
+values and its self-attention cache (``DraftRequest.cache``),
 whose committed slots are exact, and writes the slots of the tokens it feeds
 after them: the last committed token and all drafts but the last. The next
 verify call feeds the same positions (the last committed token and K drafts)
