@@ -15,7 +15,8 @@ needed to rebuild it line for line). Steps, stamped under
    sentences at batch size 1, with the rows the model's ``settings.json``
    plans (its ``quickstart`` entry): stock greedy (and beams), CTranslate2,
    the engine's greedy (K=0), SpecDec beta=1 (exactly greedy) at the model's K
-   and ``auto``, fp32 and int8 where planned, and a relaxed SpecDec row;
+   and ``auto``, fp32 and int8 where planned, with the verifier's 4-bit copy
+   drafting too where planned (fp32), and a relaxed SpecDec row;
 3. a few example translations, then ``report.md`` (its first sentence: what
    drafting gained or lost against the engine's greedy, per precision) and
    the plot.
@@ -103,7 +104,8 @@ def eval_config(cfg, model_dir: Path, raw_dir: Path):
         grid_auto=plan.get("auto", False), grid_beta=(1, chosen("relaxed_beta", 3)),
         grid_candidates=tuple(sorted({1, settings.get("candidates", 1)})),
         grid_tau=(chosen("relaxed_tau", 2.0),), relaxed_rows=plan.get("relaxed_rows", "all"),
-        int8=plan.get("int8", False), max_len_a=settings["max_len_a"],
+        int8=plan.get("int8", False), drafters=tuple(plan.get("drafters", ("head",))),
+        max_len_a=settings["max_len_a"],
         max_len_b=settings["max_len_b"], batch_sizes=(1,), repeats=chosen("repeats", 5),
         warmup_batches=2, threads=1, cpu=True, progress=True, ct2=True,
         command="scripts/quickstart.py",

@@ -52,16 +52,16 @@ def results_table(results: dict) -> list[str]:
 
 def drafting_summary(results: dict) -> str:
     """The report's first sentence: what drafting (the fastest beta=1 SpecDec row,
-    and ``auto``) gained or lost against the engine's greedy in each precision,
-    on this machine, and whether its output equals that greedy's (an int8 row:
-    int8 greedy's; ``greedy_mismatches`` lists every row that does not). Empty
-    when the run has no SpecDec row."""
+    and ``auto``) gained or lost against the engine's greedy in each precision and
+    with each drafter, on this machine, and whether its output equals that
+    greedy's (an int8 row: int8 greedy's; ``greedy_mismatches`` lists every row
+    that does not). Empty when the run has no SpecDec row."""
     parts = []
     mismatched = {found["decoder"] for found in results.get("greedy_mismatches", [])}
-    for precision in dict.fromkeys(_precision(row) for row in results["rows"]):
-        rows = [row for row in results["rows"] if _precision(row) == precision
-                and row["role"] == "specdec" and row["beta"] == 1
-                and row.get("speedup_vs_k0") is not None]
+    drafting = [row for row in results["rows"] if row["role"] == "specdec"
+                and row["beta"] == 1 and row.get("speedup_vs_k0") is not None]
+    for precision, drafter in dict.fromkeys((_precision(row), _drafter(row)) for row in drafting):
+        rows = [row for row in drafting if (_precision(row), _drafter(row)) == (precision, drafter)]
         fixed = [row for row in rows if not row["auto_k"]]
         if not fixed:
             continue
@@ -69,7 +69,8 @@ def drafting_summary(results: dict) -> str:
         verb = "gained" if best["speedup_vs_k0"] >= 1 else "lost"
         same = ("output identical to its greedy" if best["name"] not in mismatched
                 else "**output differs from its greedy**")
-        text = (f"in {precision} drafting {verb}: K={best['k']} β=1 ran "
+        who = "" if drafter == "head" else f" with `--spec-drafter {drafter}`"
+        text = (f"in {precision} drafting{who} {verb}: K={best['k']} β=1 ran "
                 f"**{best['speedup_vs_k0']:.2f}x** the engine's greedy "
                 f"({best['mean_accepted_tokens']:.2f} tokens per iteration, {same})")
         auto = [row for row in rows if row["auto_k"]]
@@ -80,6 +81,10 @@ def drafting_summary(results: dict) -> str:
         return ""
     return (f"On this machine ({results['machine'].get('cpu')}, 1 thread, batch 1), "
             + "; ".join(parts) + ".")
+
+
+def _drafter(row: dict) -> str:
+    return row.get("drafter") or "head"
 
 
 def _precision(row: dict) -> str:

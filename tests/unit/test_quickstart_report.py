@@ -35,10 +35,10 @@ def test_coinciding_points_share_a_label():
     assert coinciding([(1.0, 30.0)]) == [[0]]
 
 
-def _specdec(k, ratio, int8=False, auto=False, beta=1):
+def _specdec(k, ratio, int8=False, auto=False, beta=1, drafter="head"):
     return {"role": "specdec", "k": k, "beta": beta, "auto_k": auto, "int8": int8,
             "dtype": "float32", "speedup_vs_k0": ratio, "mean_accepted_tokens": 1.9,
-            "name": f"K={k} {'auto' if auto else ''} {beta} {int8}"}
+            "drafter": drafter, "name": f"K={k} {'auto' if auto else ''} {beta} {int8} {drafter}"}
 
 
 def test_the_first_sentence_says_what_drafting_gained_or_lost_per_precision():
@@ -54,4 +54,15 @@ def test_the_first_sentence_says_what_drafting_gained_or_lost_per_precision():
     assert "output identical to its greedy" in fp32
     assert "drafting lost: K=2 β=1 ran **0.91x**" in int8 and "output differs" in int8
     assert "auto` 0.88x" in int8 and "1.40" not in text
+    assert "verifier-int4" not in text
     assert drafting_summary({"rows": rows[:1], "machine": {}}) == ""
+
+
+def test_each_drafter_gets_its_own_clause():
+    rows = [_specdec(2, 1.17), _specdec(2, 1.20, auto=True),
+            _specdec(2, 1.31, drafter="verifier-int4"),
+            _specdec(10, 1.52, auto=True, drafter="verifier-int4")]
+    text = drafting_summary({"rows": rows, "machine": {"cpu": "AMD EPYC"}})
+    head, copy = text.split("; in fp32 drafting with `--spec-drafter verifier-int4` gained: ")
+    assert "K=2 β=1 ran **1.17x**" in head and "auto` 1.20x" in head
+    assert copy.startswith("K=2 β=1 ran **1.31x**") and "auto` 1.52x" in copy
