@@ -8,10 +8,10 @@ good part of an fp32 verify call of one position (docs/results.md, "Drafting
 with the verifier's 8-bit copy" and "The 4-bit copy, then the head"). It needs
 no draft head, so any fairseq transformer can draft with it. The verifier
 still decides every token, so beta = 1 output is the verifier's greedy output
-(fp32, or 8-bit with ``--int8``), as with any drafter. Under ``--sampling`` it drafts the copy's own sample slot
-after slot (each slot's perturbed argmax, chosen by the loop), which the
-verifier keeps nearly always, where the head's drafts, each from its own
-guess, are kept far less.
+(fp32, or 8-bit with ``--int8``), as with any drafter. Under ``--sampling`` it
+drafts the copy's own sample slot after slot (each slot's perturbed argmax,
+chosen by the loop), which the verifier keeps nearly always, where the head's
+drafts, each from its own guess, are kept far less.
 
 ``--spec-drafter verifier-int4`` drafts with a 4-bit copy instead, whose call
 reads about half the weight bytes of the 8-bit one, for drafts kept a little
