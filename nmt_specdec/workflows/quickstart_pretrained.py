@@ -16,7 +16,8 @@ needed to rebuild it line for line). Steps, stamped under
    plans (its ``quickstart`` entry): stock greedy (and beams), CTranslate2,
    the engine's greedy (K=0), SpecDec beta=1 (exactly greedy) at the model's K
    and ``auto``, fp32 and int8 where planned, with the verifier's 4-bit copy
-   drafting too where planned (fp32), and a relaxed SpecDec row;
+   drafting too where planned (beside the int8 verifier at a fixed K only), and
+   a relaxed SpecDec row;
 3. a few example translations, then ``report.md`` (its first sentence: what
    drafting gained or lost against the engine's greedy, per precision) and
    the plot.
