@@ -10,8 +10,9 @@ form the graphs use, the time for 1..16 rows against one row's:
   verifier, batch < 8);
 - ``4-bit``: ``MatMulNBits`` with 4 bits in blocks of 128, int8 compute (the draft
   head's graph and the drafting copy);
-- ``u8 x s8``: ``MatMulInteger`` on rows quantized outside it (the 8-bit batch
-  graph's products; the row quantization's own ops are not timed here).
+- ``u8 x s8``: ``MatMulInteger`` (the 8-bit batch graph's products), its input
+  quantized by one ``DynamicQuantizeLinear`` (the batch graph quantizes each row
+  with graph ops of its own, 12 nodes a product, not timed here).
 
 Each is timed hot (the call before it left its weights in the caches) and cold
 (after a sweep of 64 MB, as a verify call between two drafts leaves them), the
