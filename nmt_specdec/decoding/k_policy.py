@@ -10,9 +10,12 @@ or large batches on a compute-bound CPU.
 - Acceptance: ``P(n >= i) = prod_{j<=i} c_j`` with ``c_j`` the chance that slot
   j is accepted once slot j-1 was, counted with exponential forgetting (of the
   slots drafted) on a prior at its predecessor's ``c`` (a slot never drafted
-  reads as its predecessor). An accepted EOS draft counts as accepted and the
-  slot after it as rejected: it commits nothing, so a larger K buys nothing
-  there.
+  reads as its predecessor). ``n`` is what the loop committed beyond one token:
+  an accepted EOS draft counts as rejected, for a sentence's last turn commits
+  the drafts before it and the EOS, as a rejection there commits the drafts and
+  the verifier's token (counted as accepted, the model added a token after the
+  EOS to every sentence's last turn: 6-10% more tokens than committed on short
+  sentences, docs/results.md).
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
   median of the last few iterations at that K (a batch's first iteration, dearer
   for every K, left to the per-sentence cost), a drafting K's relative to K=0's

@@ -260,7 +260,8 @@ def _static_turn(parts: LoopParts, space: Workspace, k: int) -> None:
                                           commit.finished)
     rows_count = space.shape.rows
     space.flags[:rows_count].copy_(space.done)
-    space.flags[rows_count:].copy_(accepted)  # 0 for a finished row (its counts are 0)
+    # Tokens committed beyond one, for --spec-k auto (0 for a finished row: its counts are 0).
+    space.flags[rows_count:].copy_((counts - 1).clamp(min=0))
     _tally(space, drafted, accepted, counts, live)
 
 

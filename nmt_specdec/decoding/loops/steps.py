@@ -285,9 +285,11 @@ def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: flo
     """Counts a turn that drafted ``k`` and tells the K policy what it bought.
 
     Args:
-        drafts_committed: per row, drafts committed, an accepted EOS draft among
-            them, none past it (:func:`~..decision.acceptance.drafts_before_eos`'s
-            accepted); empty unless ``parts.k_policy.wants_counts``.
+        drafts_committed: per row, the tokens the turn committed beyond one: the
+            drafts accepted, or where an EOS draft was accepted the drafts before it
+            (a sentence's last turn commits no token after its EOS, as a rejection
+            at that slot would commit the verifier's); empty unless
+            ``parts.k_policy.wants_counts``.
         started: ``time.perf_counter()`` at the turn's start.
     """
     parts.stats.k_chosen[k] = parts.stats.k_chosen.get(k, 0) + 1
