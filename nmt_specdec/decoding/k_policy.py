@@ -11,11 +11,9 @@ or large batches on a compute-bound CPU.
   j is accepted once slot j-1 was, counted with exponential forgetting (of the
   slots drafted) on a prior at its predecessor's ``c`` (a slot never drafted
   reads as its predecessor). ``n`` is what the loop committed beyond one token:
-  an accepted EOS draft counts as rejected, for a sentence's last turn commits
-  the drafts before it and the EOS, as a rejection there commits the drafts and
-  the verifier's token (counted as accepted, the model added a token after the
-  EOS to every sentence's last turn: 6-10% more tokens than committed on short
-  sentences, docs/results.md).
+  an accepted EOS draft counts as a rejection at its slot, since a sentence's
+  last turn commits nothing after its EOS (docs/results.md, "An accepted EOS
+  draft is a rejection").
 - Cost: measured seconds per iteration for each (K, batch-size bucket), the
   median of the last few iterations at that K (a batch's first iteration, dearer
   for every K, left to the per-sentence cost), a drafting K's relative to K=0's
