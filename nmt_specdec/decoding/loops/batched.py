@@ -90,10 +90,10 @@ def decode_rows(parts: LoopParts, batch: Batch,
         trace.append(Turn(k, num_accepted, commit.counts, commit.finished))
         turn += 1
         # The one host synchronisation of the iteration: lengths and finished
-        # flags of every row (and, for --spec-k auto, the tokens committed beyond one).
+        # flags of every row (and, for --spec-k auto, the tokens committed).
         pulled = [rows.lengths, commit.finished.long()]
         if parts.k_policy.wants_counts:
-            pulled.append((commit.counts - 1).clamp(min=0))
+            pulled.append(commit.counts)
         flags = torch.cat(pulled).tolist()
         lengths, done = flags[:active], flags[active: 2 * active]
         end_turn(parts, k, flags[2 * active:], started)

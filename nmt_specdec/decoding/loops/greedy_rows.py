@@ -64,7 +64,7 @@ def decode_greedy_rows(parts: LoopParts, batch: Batch) -> List[Optional[tuple]]:
         host.commit(tokens, scores)
         turn += 1
         committed += active
-        end_turn(parts, 0, [0] * active if parts.k_policy.wants_counts else [], started)
+        end_turn(parts, 0, [1] * active if parts.k_policy.wants_counts else [], started)
         done = tokens == rules.eos
         if done.any():
             for i in np.flatnonzero(done).tolist():

@@ -90,8 +90,7 @@ def decode_single_row(parts: LoopParts, batch: Batch,
         if batch.k_max:  # the state that predicted the correction: the next draft reads it
             row.states = verified.hidden[:, row.final]
         turns.append(Turn(k, decided.accepted, count, finished))
-        # Tokens committed beyond one (an accepted EOS draft commits what a rejection there would).
-        end_turn(parts, planned, [count - 1] if parts.k_policy.wants_counts else [], started)
+        end_turn(parts, planned, [count] if parts.k_policy.wants_counts else [], started)
     parts.stats.sentences += 1
     parts.stats.add_tally(*tally_host_turns(turns, batch.k_max))
     return [(torch.tensor(row.committed[1:]),

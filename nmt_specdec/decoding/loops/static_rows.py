@@ -89,7 +89,7 @@ class Workspace:
         turn: (1,) turns so far.
         tally: (2 K_max + 2,) drafted per slot, accepted per slot, row-turns, tokens.
         flags: (2R,) what the host reads after a turn: ``done`` and each row's
-            drafts committed (0 for a finished row).
+            tokens committed (0 for a finished row).
         graphs: the captured turns, by K.
     """
 
@@ -260,8 +260,7 @@ def _static_turn(parts: LoopParts, space: Workspace, k: int) -> None:
                                           commit.finished)
     rows_count = space.shape.rows
     space.flags[:rows_count].copy_(space.done)
-    # Tokens committed beyond one, for --spec-k auto (0 for a finished row: its counts are 0).
-    space.flags[rows_count:].copy_((counts - 1).clamp(min=0))
+    space.flags[rows_count:].copy_(counts)  # for --spec-k auto (0 for a finished row)
     _tally(space, drafted, accepted, counts, live)
 
 

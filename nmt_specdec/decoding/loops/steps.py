@@ -281,16 +281,17 @@ def _tempered(verified: Verified, temperature: float) -> Verified:
                              decision=None)
 
 
-def end_turn(parts: LoopParts, k: int, drafts_committed: List[int], started: float) -> None:
-    """Counts a turn that drafted ``k`` and tells the K policy what it bought.
+def end_turn(parts: LoopParts, k: int, committed: List[int], started: float) -> None:
+    """Counts a turn that drafted ``k`` and tells the K policy what it bought: per
+    row, the tokens committed beyond one, which an accepted EOS draft makes the
+    drafts before it (a sentence's last turn commits no token after its EOS, as a
+    rejection at that slot would commit the verifier's).
 
     Args:
-        drafts_committed: per row, the tokens the turn committed beyond one: the
-            drafts accepted, or where an EOS draft was accepted the drafts before it
-            (a sentence's last turn commits no token after its EOS, as a rejection
-            at that slot would commit the verifier's); empty unless
-            ``parts.k_policy.wants_counts``.
+        committed: per row, the tokens the turn committed (0 for a row already
+            finished); empty unless ``parts.k_policy.wants_counts``.
         started: ``time.perf_counter()`` at the turn's start.
     """
     parts.stats.k_chosen[k] = parts.stats.k_chosen.get(k, 0) + 1
-    parts.k_policy.observe(drafts_committed, k, time.perf_counter() - started)
+    parts.k_policy.observe([max(count - 1, 0) for count in committed], k,
+                           time.perf_counter() - started)
