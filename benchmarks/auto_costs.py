@@ -26,6 +26,7 @@ set, lengths, ``--backend``, ``--int8``, ``--threads``)::
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -44,18 +45,21 @@ class Turn(NamedTuple):
     k: int
     seconds: float
     tokens: int  # committed by the row
+    source: int = 0  # the sentence's source tokens
+    position: int = 0  # target tokens committed before this iteration
 
 
 def decode(task, model, generator, batches) -> List[Turn]:
     """Every iteration of one pass at batch 1, read from the policy's ``observe``."""
     turns: List[Turn] = []
     for index, batch in enumerate(batches):
-        policy, seen = generator.k_policy, [0]
+        policy, seen, source = generator.k_policy, [0, 0], batch.sample["net_input"]["src_tokens"].size(1)
         observe = type(policy).observe
 
         def record(accepted, k, seconds, policy=policy, index=index, seen=seen, observe=observe):
-            turns.append(Turn(index, seen[0] == 0, k, seconds, (accepted or [0])[0] + 1))
-            seen[0] += 1
+            tokens = (accepted or [0])[0] + 1
+            turns.append(Turn(index, seen[0] == 0, k, seconds, tokens, source, seen[1]))
+            seen[0], seen[1] = seen[0] + 1, seen[1] + tokens
             observe(policy, accepted, k, seconds)
 
         policy.observe = record
@@ -109,6 +113,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--drafter", choices=DRAFTERS, default="head")
     parser.add_argument("--fixed-k", type=int, nargs="+", default=[0, 2, 4])
+    parser.add_argument("--turns-json", type=Path, help="also write every iteration here")
     args, evaluate_args = parser.parse_known_args()
     cfg = cli.config_from_args(cli.build_parser().parse_args(evaluate_args), evaluate_args)
     import fairseq_plugins  # noqa: F401  (the SpecDec task and model, the safe loader)
@@ -145,6 +150,9 @@ def main() -> int:
     for turn in auto_turns:
         chosen[turn.k] = chosen.get(turn.k, 0) + 1
     print(f"auto's iterations by K: {dict(sorted(chosen.items()))}")
+    if args.turns_json:
+        args.turns_json.write_text(json.dumps({"auto": [t._asdict() for t in auto_turns], "fixed": {
+            k: [t._asdict() for t in turns] for k, turns in fixed.items()}}))
     return 0
 
 
