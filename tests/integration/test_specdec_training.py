@@ -60,7 +60,16 @@ def _num_updates(checkpoint: Path) -> int:
 # ------------------------------------------------------------------ (a) learning
 
 
-def test_joint_training_learns_draft_head_within_two_minutes(
+# CPU seconds the toy's whole fairseq-train process may take. Under two minutes on the
+# AMD EPYC Zen 3/4 and Intel Xeon machines the project runs on; 123 s on an AMD EPYC
+# family 23 model 1 (AVX2 only), whose single-thread products run 2-4x slower
+# (docs/results.md, "The copy on an AMD EPYC without AVX-512"). The bound is for the
+# slowest processor measured, with room: it catches a training step gone several times
+# dearer, not a slower machine.
+TOY_TRAIN_CPU_BUDGET = 240
+
+
+def test_joint_training_learns_draft_head_quickly(
     specdec_toy: SpecDecToy,
 ) -> None:
     wall = float(
@@ -68,9 +77,9 @@ def test_joint_training_learns_draft_head_within_two_minutes(
     )
     cpu = specdec_toy.train_cpu_seconds
     print(f"{SPECDEC_TOY_UPDATES} updates: {cpu:.0f} s CPU, {wall:.0f} s wall")
-    # The 2-minute budget is CPU time of the whole fairseq-train process (start-up
-    # included): wall time also counts whatever else shares the cores.
-    assert 0 < cpu < 120, f"{SPECDEC_TOY_UPDATES} updates took {cpu:.0f} s of CPU"
+    # CPU time of the whole fairseq-train process (start-up included): wall time also
+    # counts whatever else shares the cores.
+    assert 0 < cpu < TOY_TRAIN_CPU_BUDGET, f"{SPECDEC_TOY_UPDATES} updates took {cpu:.0f} s of CPU"
 
     inner = specdec_toy.records("train_inner")
     assert len(inner) >= 6
