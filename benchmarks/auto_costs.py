@@ -29,13 +29,15 @@ import argparse
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt_specdec import logs  # noqa: E402
-from nmt_specdec.decoding.options import DRAFTERS, VERIFIER_COPIES, VERIFIER_DRAFTER_K  # noqa: E402
+from nmt_specdec.decoding.build import largest_k  # noqa: E402
+from nmt_specdec.decoding.options import DRAFTERS  # noqa: E402
 from nmt_specdec.evaluation import cli  # noqa: E402
 
 
@@ -53,22 +55,30 @@ def decode(task, model, generator, batches) -> List[Turn]:
     """Every iteration of one pass at batch 1, read from the policy's ``observe``."""
     turns: List[Turn] = []
     for index, batch in enumerate(batches):
-        policy, seen, source = generator.k_policy, [0, 0], batch.sample["net_input"]["src_tokens"].size(1)
-        observe = type(policy).observe
+        turns += sentence_turns(task, model, generator, index, batch)
+    return turns
 
-        def record(accepted, k, seconds, policy=policy, index=index, seen=seen, observe=observe):
-            tokens = (accepted or [0])[0] + 1
-            turns.append(Turn(index, seen[0] == 0, k, seconds, tokens, source, seen[1]))
-            seen[0], seen[1] = seen[0] + 1, seen[1] + tokens
-            observe(policy, accepted, k, seconds)
 
-        policy.observe = record
-        fixed_k = not policy.wants_counts  # a fixed K: its loop then reports commits too
-        policy.wants_counts = True
-        task.inference_step(generator, [model], batch.sample)
-        del policy.observe
-        if fixed_k:
-            del policy.wants_counts
+def sentence_turns(task, model, generator, index: int, batch) -> List[Turn]:
+    """The iterations of one sentence: the policy's ``observe`` wrapped for it alone
+    (a fixed K's policy reads no counts: it is asked to, so that its turns count)."""
+    policy, turns = generator.k_policy, []
+    source = batch.sample["net_input"]["src_tokens"].size(1)
+    observe, position = type(policy).observe, 0
+
+    def record(accepted, k, seconds):
+        nonlocal position
+        tokens = (accepted or [0])[0] + 1
+        turns.append(Turn(index, not turns, k, seconds, tokens, source, position))
+        position += tokens
+        observe(policy, accepted, k, seconds)
+
+    fixed_k = not policy.wants_counts
+    policy.observe, policy.wants_counts = record, True
+    task.inference_step(generator, [model], batch.sample)
+    del policy.observe
+    if fixed_k:
+        del policy.wants_counts
     return turns
 
 
@@ -128,7 +138,9 @@ def main() -> int:
     testset = pipeline.load_testset(cfg, task, detokenize)
     batches = make_batches(task, testset.sources, 1, device)
     backend = cfg.backends[0]
-    cap = VERIFIER_DRAFTER_K if args.drafter in VERIFIER_COPIES else model.draft_block_size
+    cap = largest_k(model, args.drafter)
+    if cap is None:
+        parser.error("the head drafts: --draft-head HEAD.pt, or a checkpoint with a head")
     common = dict(beta=1, tau=0.0, backend=backend, int8=cfg.int8, drafter=args.drafter)
 
     def generator(k: int, **spec):
@@ -146,9 +158,7 @@ def main() -> int:
           f"{cpu_model()} ({cpu_isa()}), {cfg.threads} thread(s)")
     print(HEADER)
     print("\n".join(rows(auto_turns, auto.k_policy, fixed)))
-    chosen: Dict[int, int] = {}
-    for turn in auto_turns:
-        chosen[turn.k] = chosen.get(turn.k, 0) + 1
+    chosen = Counter(turn.k for turn in auto_turns)
     print(f"auto's iterations by K: {dict(sorted(chosen.items()))}")
     if args.turns_json:
         args.turns_json.write_text(json.dumps({"auto": [t._asdict() for t in auto_turns], "fixed": {

@@ -61,6 +61,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt_specdec import logs  # noqa: E402
+from nmt_specdec.decoding.build import largest_k  # noqa: E402
 from nmt_specdec.decoding.options import (  # noqa: E402
     DRAFTERS,
     VERIFIER_COPIES,
@@ -270,8 +271,7 @@ def measure(cfg, args) -> List[str]:
     for backend, int8 in engines:
         common = dict(beta=1, tau=0.0, backend=backend, int8=int8, drafter=args.drafter)
         # auto's largest K: a copy's own (it needs no head), else the head's block.
-        cap = (VERIFIER_DRAFTER_K if args.drafter in VERIFIER_COPIES
-               else model.draft_block_size)
+        cap = largest_k(model, args.drafter)
         specs = {"greedy": specdec(k=0, backend=backend, int8=int8),
                  "auto": specdec(k=cap, auto_k=True, **common),
                  **{f"K={k}": specdec(k=k, **common) for k in args.fixed_k}}

@@ -123,7 +123,7 @@ def resolve(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
     """
     k, auto = options.k, options.auto_k
     if k is None:
-        k, auto = _largest_k(model, options.drafter), True
+        k, auto = largest_k(model, options.drafter), True
     if k is None or (k != 0 and options.drafter == "head" and not hasattr(model, "draft_head")):
         raise UserError(NO_DRAFT_HEAD)
     if k >= model.max_decoder_positions():
@@ -137,7 +137,7 @@ def resolve(model: nn.Module, options: DecodingOptions) -> DecodingOptions:
     return dataclasses.replace(options, k=k, auto_k=auto and k > 0)
 
 
-def _largest_k(model: nn.Module, drafter: str) -> Optional[int]:
+def largest_k(model: nn.Module, drafter: str) -> Optional[int]:
     """auto's upper bound: None for the head's drafts on a model without a head."""
     if drafter in VERIFIER_COPIES:
         return VERIFIER_DRAFTER_K
