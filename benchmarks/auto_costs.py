@@ -1,13 +1,13 @@
 """What ``--spec-k auto`` believes a K costs and commits, against what a fixed K does: a probe.
 
 Auto chooses K from two estimates (:mod:`nmt_specdec.decoding.k_policy`): the
-seconds of an iteration at each K (:class:`~nmt_specdec.decoding.k_policy.CostTable`)
+seconds of an iteration at each K (:class:`~nmt_specdec.decoding.cost_table.CostTable`)
 and the tokens it commits (:class:`~nmt_specdec.decoding.k_policy.AcceptanceEstimate`).
 This decodes the sentences once with auto, then once with each ``--fixed-k``, at
 batch 1, and prints per K:
 
-- auto's estimates at the end of its pass (ms per iteration, tokens per
-  iteration, ms per token) and how many iterations of its own it timed at that K;
+- auto's estimates at the end of its pass (ms per iteration in the last
+  sentence's source-length context, tokens per iteration, ms per token) and how many iterations of its own it timed at that K;
 - the fixed K's pass: its iterations' mean and median ms (a sentence's first
   iteration left out, as auto leaves it out), tokens per iteration, ms per token;
 - the fixed K's median ms over the same sentences as auto's readings at that K,

@@ -14,13 +14,17 @@ or large batches on a compute-bound CPU.
   an accepted EOS draft counts as a rejection at its slot, since a sentence's
   last turn commits nothing after its EOS (docs/results.md, "An accepted EOS
   draft is a rejection").
-- Cost: measured seconds per iteration for each (K, batch-size bucket), the
-  median of the last few iterations at that K (a batch's first iteration, dearer
-  for every K, left to the per-sentence cost), a drafting K's relative to K=0's
-  cost when it was measured (costs grow with sentence length, and K=0 is timed
-  more often than a drafting K: :class:`CostTable`). Every K up to the limit is
-  measured before any is compared (four iterations each; the first pays for
-  first use and is not trusted): an untried K is never priced from another.
+- Cost: measured seconds per iteration for each (K, batch-size bucket) within a
+  source-length context, the median of the last few iterations at that K there
+  (a batch's first iteration, dearer for every K, left to the per-sentence
+  cost), a drafting K's relative to K=0's cost there when it was measured, the
+  drafting K's smoothed onto one curve in K (costs grow with sentence length,
+  and K=0 is timed more often than a drafting K:
+  :class:`~.cost_table.CostTable`). Every K up to the limit is measured before
+  any is compared (four iterations each; the first at a K pays for first use
+  and is not trusted): an untried K is never priced from another. A new context
+  measures K=0 there and prices a drafting K not yet read there at its ratio
+  to K=0 in the nearest context that read it.
   Only in a batch of several rows, once two drafting K in a row lose to
   greedy, each by more than the one before, are the larger K left unmeasured
   (retries still try them).
@@ -45,7 +49,8 @@ or large batches on a compute-bound CPU.
   sentences choose K per iteration as above. Where greedy stands for a while, a
   re-check sentence drafts the largest K for its first :data:`RECHECK_TURNS`
   iterations, since one at the K the estimates favour would never re-measure
-  the later slots they wrote off.
+  the later slots they wrote off, then the best drafting K (never K=0): the
+  verdict for greedy rests on that K's cost, which greedy sentences do not time.
 - A greedy sentence or batch costs the policy one record per iteration
   (``choose`` returns 0, no counts are read back: ``wants_counts``): it times
   its iterations as K=0's, so that K=0's estimate stays as current as the
@@ -58,10 +63,10 @@ Shapes: B active rows.
 
 from __future__ import annotations
 
-import statistics
 from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt_specdec.decoding.arms import BatchArms, SentenceArms
+from nmt_specdec.decoding.cost_table import CostTable
 from nmt_specdec.decoding.options import DecodingOptions
 
 CostFn = Callable[[int, int], Optional[float]]
@@ -136,76 +141,6 @@ class AcceptanceEstimate:
         return out
 
 
-class CostTable:
-    """Measured seconds per iteration by (K, batch bucket), K=0's the median of its
-    last ``greedy_window`` trusted iterations, a drafting K's priced against it.
-
-    The first iteration at a new K is not trusted: it pays for first use (the
-    runtime plans memory for a new shape, buffers are bound). A K counts as
-    measured after ``min_count`` trusted iterations. The median, not the fastest
-    reading: a drafting iteration (two runtime calls) scatters more than a greedy
-    one, so the fastest of a few readings priced drafting lower against greedy
-    than it ran, and what a sentence costs beyond its iterations, which
-    :class:`~.arms.SentenceArms` measures against these estimates, then grew with
-    its length. K=0, timed at every greedy step, keeps more readings.
-
-    Every iteration costs more as sentences grow (longer caches and sources), and
-    fairseq feeds them shortest first, while a drafting K is measured in bursts
-    (exploration, re-checks) and K=0 all along. So a drafting K's reading is kept
-    relative to K=0's estimate when it was taken, and priced at K=0's estimate of
-    now: the median of its last ``window`` ratios, times K=0's cost. Absolute
-    readings compared across lengths let drafting costs measured on the shortest
-    sentences stand against greedy's on long ones, and drafting looked cheaper
-    the longer the sentences.
-
-    Args:
-        window: trusted iterations kept per drafting K and bucket.
-        min_count: trusted iterations before a K has an estimate.
-        greedy_window: trusted iterations kept of K=0 per bucket.
-    """
-
-    def __init__(self, window: int = 5, min_count: int = 3, greedy_window: int = 20):
-        # (K, bucket) -> trusted (seconds, K=0's estimate then or None), newest last
-        self.recent: Dict[Tuple[int, int], List[Tuple[float, Optional[float]]]] = {}
-        self.first: Dict[Tuple[int, int], float] = {}  # first iterations, not trusted
-        self.window, self.min_count, self.greedy_window = window, min_count, greedy_window
-
-    @staticmethod
-    def bucket(batch: int) -> int:
-        """The power of two at or above ``batch`` (1 for 1)."""
-        return 1 << (batch - 1).bit_length() if batch > 1 else 1
-
-    def record(self, k: int, batch: int, seconds: float) -> None:
-        bucket = self.bucket(batch)
-        key = (k, bucket)
-        if key not in self.first:
-            self.first[key] = seconds
-            return
-        recent = self.recent.setdefault(key, [])
-        recent.append((seconds, None if k == 0 else self._estimate(0, bucket, None)))
-        del recent[:-(self.greedy_window if k == 0 else self.window)]
-
-    def __call__(self, k: int, batch: int) -> Optional[float]:
-        """Estimated seconds of an iteration with K=k; None until measured."""
-        bucket = self.bucket(batch)
-        return self._estimate(k, bucket, self._estimate(0, bucket, None))
-
-    def estimates(self, limit: int, bucket: int) -> List[Optional[float]]:
-        """:meth:`__call__` for K = 0..limit of one bucket (K=0's estimate found once)."""
-        greedy = self._estimate(0, bucket, None)
-        return [greedy] + [self._estimate(k, bucket, greedy) for k in range(1, limit + 1)]
-
-    def _estimate(self, k: int, bucket: int, greedy: Optional[float]) -> Optional[float]:
-        """``greedy``: K=0's estimate now, which prices a drafting K's ratios (None:
-        not measured yet; the readings then count as they are)."""
-        recent = self.recent.get((k, bucket))
-        if not recent or len(recent) < self.min_count:
-            return None
-        if k == 0 or greedy is None or any(then is None for _, then in recent):
-            return statistics.median(seconds for seconds, _ in recent)
-        return greedy * statistics.median(seconds / then for seconds, then in recent)
-
-
 RECHECK_TURNS = 4  # a re-check sentence's iterations at the largest K (every slot measured)
 
 
@@ -242,6 +177,8 @@ class AutoK(KPolicy):
 
     def start_batch(self, rows: int, source_length: int = 0) -> None:
         self.batch_bucket = CostTable.bucket(rows)
+        if self.table is not None:
+            self.table.context = CostTable.context_of(source_length)
         self.batch_turns = {}
         if rows == 1:
             self.may_draft = self.sentences.drafts(source_length, self.per_token())
@@ -263,10 +200,20 @@ class AutoK(KPolicy):
         """Seconds per committed token of one row: greedy's, and the best drafting
         K's; None until every K is measured."""
         costs = self._considered(self._costs(self.max_k, 1, 1), 1)
-        if None in costs or len(costs) < 2:
+        if None in costs or len(costs) < 2 or self._unread_best(costs, 1) is not None:
             return None
         tokens = self.acceptance.expected_tokens()
         return costs[0], min(costs[k] / tokens[k] for k in range(1, len(costs)))
+
+    def _unread_best(self, costs: List[Optional[float]], bucket: int) -> Optional[int]:
+        """The best drafting K where it is priced from another context only (None:
+        read here, or no measured table): a new context reads it before the
+        sentence model compares drafting with greedy there, since the ratio to
+        K=0 a drafting K has elsewhere drifts with the sentences' length."""
+        if self.table is None or len(costs) < 2:
+            return None
+        best = self._best(costs, 1)
+        return None if self.table.read_here(best, bucket) else best
 
     def choose(self, limit: int, batch: int) -> int:
         if not self.may_draft:
@@ -276,13 +223,19 @@ class AutoK(KPolicy):
         bucket = CostTable.bucket(batch)
         turn = self.turns[bucket] = self.turns.get(bucket, 0) + 1
         costs = self._considered(self._costs(limit, bucket, batch), bucket)
+        unread = None if None in costs else self._unread_best(costs, bucket)
         if None in costs:
             k = costs.index(None)  # measured seconds beat a guess: run it (again)
+        elif unread is not None:  # a new context: the best drafting K read here
+            k = unread
         elif self.recheck:  # every slot drafted: each one's acceptance measured anew
             self.recheck -= 1
             k = limit
         else:
-            k = self._best(costs, 0)
+            # A re-check sentence drafts every turn: its readings of the best
+            # drafting K are what a verdict for greedy rests on.
+            rechecking = bucket == 1 and self.sentences.rechecking and len(costs) > 1
+            k = self._best(costs, 1 if rechecking else 0)
             retry_k, left = self.retrying.get(bucket, (0, 0))
             if left and retry_k <= limit:  # a retry measures its K anew: several turns
                 k, self.retrying[bucket] = retry_k, (retry_k, left - 1)
