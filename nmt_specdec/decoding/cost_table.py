@@ -21,8 +21,8 @@ class CostTable:
     drafting K not read in this context yet takes its ratio from the nearest
     context that read it. Kept as ratios to K=0's estimate over every context,
     readings went stale once K=0 was timed on other sentences, and auto decoded
-    long stretches greedily where K=2 ran 1.14x faster (docs/results.md, "`auto`
-    priced within a source-length context").
+    long stretches greedily where drafting paid (docs/results.md, "`auto` priced
+    within a source-length context").
 
     The first iteration at a new K is not trusted: it pays for first use (the
     runtime plans memory for a new shape, buffers are bound). A K counts as
