@@ -42,6 +42,10 @@ class CostTable:
         self.first: Dict[Tuple[int, int], float] = {}  # first iterations, not trusted
         self.window, self.min_count = window, min_count
         self.context = 0  # the current batch's :meth:`context_of`
+        # (K, bucket, context) -> :meth:`_ratio` of its readings, dropped when K records there
+        self.ratios: Dict[Tuple[int, int, int], Optional[float]] = {}
+        self.recorded = 0  # readings so far: :meth:`estimates` is kept until the next one
+        self.kept: Tuple[tuple, List[Optional[float]]] = ((), [])
 
     @staticmethod
     def bucket(batch: int) -> int:
@@ -58,9 +62,12 @@ class CostTable:
         if (k, bucket) not in self.first:
             self.first[(k, bucket)] = seconds
             return
-        recent = self.recent.setdefault((k, bucket, self.context), [])
+        key = (k, bucket, self.context)
+        recent = self.recent.setdefault(key, [])
         recent.append((seconds, None if k == 0 else self._greedy(bucket)))
         del recent[:-self.window]
+        self.ratios.pop(key, None)
+        self.recorded += 1
 
     def __call__(self, k: int, batch: int) -> Optional[float]:
         """Estimated seconds of an iteration with K=k in the current context; None
@@ -82,7 +89,14 @@ class CostTable:
         once): the head's K=1..4 and the copy's K=1..10 lie within a few percent of
         such a curve. One curve through every drafting K's readings scatters less
         than each K's median alone, which a few noisy readings moved by more than
-        what separates K=2 from K=1 or 3."""
+        what separates K=2 from K=1 or 3. Kept until the next reading or context
+        (a choice and a sentence's start and end ask for the same)."""
+        asked = (limit, bucket, self.context, self.recorded)
+        if self.kept[0] != asked:
+            self.kept = (asked, self._estimates(limit, bucket))
+        return list(self.kept[1])
+
+    def _estimates(self, limit: int, bucket: int) -> List[Optional[float]]:
         greedy = self._greedy(bucket)
         own = [greedy] + [self._priced(k, bucket, greedy) for k in range(1, limit + 1)]
         points = [(math.sqrt(k), cost, max(len(self._readings(k, bucket)), 1))
@@ -117,17 +131,28 @@ class CostTable:
         if len(readings) < self.min_count:
             ratio = self._nearest_ratio(k, bucket)
             return None if ratio is None or greedy is None else greedy * ratio
-        if greedy is None or any(then is None for _, then in readings):
+        ratio = self._ratio((k, bucket, self.context))
+        if greedy is None or ratio is None:
             return statistics.median(seconds for seconds, _ in readings)
-        return greedy * statistics.median(seconds / then for seconds, then in readings)
+        return greedy * ratio
+
+    def _ratio(self, key: Tuple[int, int, int]) -> Optional[float]:
+        """The median ratio to K=0 of the readings at ``key`` (None: too few, or
+        one taken before K=0 was measured there), kept until ``key`` records again:
+        every iteration asks for it, and its readings change only then."""
+        if key not in self.ratios:
+            readings = self.recent.get(key, [])
+            self.ratios[key] = (
+                statistics.median(seconds / then for seconds, then in readings)
+                if len(readings) >= self.min_count and all(then is not None for _, then in readings)
+                else None)
+        return self.ratios[key]
 
     def _nearest_ratio(self, k: int, bucket: int) -> Optional[float]:
         """K's median ratio to K=0 in the nearest context that measured it."""
-        measured = [context for (kk, bb, context), readings in self.recent.items()
-                    if (kk, bb) == (k, bucket) and len(readings) >= self.min_count
-                    and all(then is not None for _, then in readings)]
+        measured = {context: self._ratio((kk, bb, context)) for kk, bb, context in self.recent
+                    if (kk, bb) == (k, bucket)}
+        measured = {context: ratio for context, ratio in measured.items() if ratio is not None}
         if not measured:
             return None
-        nearest = min(measured, key=lambda context: (abs(context - self.context), -context))
-        readings = self.recent[(k, bucket, nearest)]
-        return statistics.median(seconds / then for seconds, then in readings)
+        return measured[min(measured, key=lambda context: (abs(context - self.context), -context))]

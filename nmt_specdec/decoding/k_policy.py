@@ -111,8 +111,10 @@ class AcceptanceEstimate:
         self.reached = [0.0] * slots  # iterations where slot j was drafted after an accepted j-1
         self.passed = [0.0] * slots   # ... and slot j was accepted too
         self.decay = decay
+        self.tokens: Optional[List[float]] = None  # :meth:`expected_tokens`, until observe
 
     def observe(self, num_accepted: List[int], k: int) -> None:
+        self.tokens = None
         for j in range(min(k, len(self.reached))):
             self.reached[j] *= self.decay
             self.passed[j] *= self.decay
@@ -133,12 +135,15 @@ class AcceptanceEstimate:
         return out
 
     def expected_tokens(self) -> List[float]:
-        """Committed tokens per iteration for K = 0..slots."""
-        out, survive = [1.0], 1.0
-        for c in self.conditional():
-            survive *= c
-            out.append(out[-1] + survive)
-        return out
+        """Committed tokens per iteration for K = 0..slots (a new list each call;
+        computed once between observations: every choice reads it several times)."""
+        if self.tokens is None:
+            out, survive = [1.0], 1.0
+            for c in self.conditional():
+                survive *= c
+                out.append(out[-1] + survive)
+            self.tokens = out
+        return list(self.tokens)
 
 
 RECHECK_TURNS = 4  # a re-check sentence's iterations at the largest K (every slot measured)

@@ -598,3 +598,22 @@ def test_cost_table_prices_a_drafting_k_against_greedys_cost_now():
     assert table(2, 1) == pytest.approx(3.0)  # the median ratio: 2x
     table.record(2, 1, 2.4)
     assert table(2, 1) == pytest.approx(2.4)  # now 1.6x
+
+
+def test_kept_estimates_and_expected_tokens_follow_every_new_reading():
+    table = CostTable(window=3, min_count=2)
+    for seconds in (9.0, 1.0, 1.0):
+        table.record(0, 1, seconds)
+    for seconds in (9.0, 2.0, 2.0):
+        table.record(2, 1, seconds)
+    assert table.estimates(2, 1) == [1.0, None, 2.0]
+    table.estimates(2, 1)[2] = 5.0  # a caller's list is its own
+    table.record(2, 1, 3.5)
+    table.record(2, 1, 3.5)
+    assert table.estimates(2, 1) == [1.0, None, 3.5]  # the median of 2.0, 3.5 and 3.5
+    table.context = CostTable.context_of(40)  # another context: nothing read there
+    assert table.estimates(2, 1) == [None, None, None]
+    acceptance = AcceptanceEstimate(2)
+    before = acceptance.expected_tokens()
+    acceptance.observe([2], 2)
+    assert acceptance.expected_tokens()[2] > before[2]
