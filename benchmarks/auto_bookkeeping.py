@@ -31,25 +31,24 @@ def simulate(sentences: int, max_k: int, acceptance: float, turns: int, seed: in
     policy = AutoK(max_k)
     spent = collections.Counter()
     chosen = collections.Counter()
-    for sentence in range(sentences):
+
+    def timed(name, call, *args):
         start = time.perf_counter()
-        policy.start_batch(1, rng.choice(SOURCE_LENGTHS))
-        spent["sentence"] += time.perf_counter() - start
+        result = call(*args)
+        spent[name] += time.perf_counter() - start
+        return result
+
+    for sentence in range(sentences):
+        timed("sentence", policy.start_batch, 1, rng.choice(SOURCE_LENGTHS))
         for _ in range(turns):
-            start = time.perf_counter()
-            k = policy.choose(max_k, 1)
-            spent["choose"] += time.perf_counter() - start
+            k = timed("choose", policy.choose, max_k, 1)
             chosen[k] += 1
             accepted = 0
             while accepted < k and rng.random() < acceptance:
                 accepted += 1
             seconds = 0.01 * (1 + 0.4 * k ** 0.5) * (1 + (sentence % 37) / 100)
-            start = time.perf_counter()
-            policy.observe([accepted], k, seconds)
-            spent["observe"] += time.perf_counter() - start
-        start = time.perf_counter()
-        policy.end_batch(turns, 0.01 * turns)
-        spent["sentence"] += time.perf_counter() - start
+            timed("observe", policy.observe, [accepted], k, seconds)
+        timed("sentence", policy.end_batch, turns, 0.01 * turns)
     iterations = sentences * turns
     return (1e6 * spent["choose"] / iterations, 1e6 * spent["observe"] / iterations,
             1e6 * spent["sentence"] / sentences, chosen)
