@@ -30,6 +30,16 @@ from tests.integration.test_half_precision import (
     interactive_translates,
     translate_command,
 )
+from tests.helpers.specdec_toy import source_batch
+from tests.integration.test_speculative_sampling import (  # noqa: F401 (toy: a fixture)
+    SETTINGS,
+    SIGNIFICANCE,
+    _sampled,
+    chi_square_p,
+    exact_distribution,
+    specdec_samples,
+    toy,
+)
 from tests.unit.test_host_syncs import PER_BATCH, HostReads
 
 pytestmark = [pytest.mark.gpu,
@@ -145,3 +155,51 @@ def test_cuda_fairseq_interactive_fp16() -> None:
 def test_cuda_hub_bf16() -> None:
     # Path: the fairseq hub interface on CUDA in bfloat16 with SpecDec.
     hub_translates(lambda hub: hub.cuda().bfloat16())
+
+
+# Speculative sampling on CUDA: the batched loop's tensor forms of the rule and
+# the draws (one row too: the host forms are the CPU's), on the toy model whose
+# outputs can all be listed (``test_speculative_sampling.py`` has the CPU tests).
+
+@pytest.fixture(scope="module")
+def toy_on_cuda(toy):
+    model, dictionary, source = toy
+    return model, copy.deepcopy(model).cuda(), dictionary, source
+
+
+@pytest.mark.parametrize("name,candidates", [("top-k", 1), ("top-p", 1), ("temperature", 1),
+                                             ("top-k", 2)])
+def test_cuda_speculative_sampling_follows_fairseqs_distribution(toy_on_cuda, name,
+                                                                 candidates) -> None:
+    # Path: --spec-decoding --sampling on CUDA, chains and trees: 20,000 samples of
+    # one sentence against the exact probabilities of fairseq's sampling.
+    model, cuda, dictionary, source = toy_on_cuda
+    exact = exact_distribution(model, dictionary, source, SETTINGS[name])
+    counts, generator = specdec_samples(cuda, dictionary, source, SETTINGS[name],
+                                        candidates=candidates)
+    assert 0.05 < generator.stats.slot_acceptance()[0] < 0.95  # both branches decide
+    assert chi_square_p(counts, exact) > SIGNIFICANCE
+
+
+def test_cuda_sample_depends_on_the_seed_and_its_position_alone(toy_on_cuda) -> None:
+    # Path: the keyed draws on CUDA: the same bytes at batch 32, 8 and 1 and with
+    # or without drafting; the CPU's samples but where the two devices' logs round
+    # a near-tie apart (the draws are integer hashes, the same on both).
+    model, cuda, dictionary, _ = toy_on_cuda
+    sample = source_batch(dictionary, [3 + (7 * i) % 10 for i in range(32)], seed=5)
+    whole = _sampled(cuda, dictionary, sample, 2, 32)
+    for k, batch in ((2, 8), (2, 1), (0, 32), (0, 1)):
+        assert _sampled(cuda, dictionary, sample, k, batch) == whole, (k, batch)
+    on_cpu = _sampled(model, dictionary, sample, 2, 32)
+    assert sum(a == b for a, b in zip(whole, on_cpu)) >= 0.75 * len(whole)
+
+
+def test_cuda_translate_command_samples_alike_at_any_batch_size() -> None:
+    # Path: nmt-specdec-translate --spec-decoding --sampling on CUDA: a seed gives
+    # the same lines at batch 8 and 1 and without drafting.
+    flags = ("--sampling", "--sampling-topk", "10", "--seed", "1")
+    runs = [subprocess.run(translate_command(*flags, *extra), check=True, timeout=600,
+                           capture_output=True, text=True).stdout.splitlines()
+            for extra in ((), ("--batch-size", "1"), ("--spec-k", "0"))]
+    lines = HAND_WRITTEN.read_text(encoding="utf-8").splitlines()
+    assert len(runs[0]) == len(lines) and runs[1] == runs[0] and runs[2] == runs[0]
