@@ -57,6 +57,8 @@ class EvalConfig:
         drafters: who drafts the SpecDec rows with K > 0 (``--spec-drafter``);
             the verifier copies' rows (``verifier-int8``, ``verifier-int4``) run on
             fp32 onnxruntime only.
+        grid_copy_k: the verifier copies' fixed K (empty: ``grid_k``'s K > 0): a
+            copy drafts well far beyond the head's block size.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier,
             on the run's device.
         sampling_topk: add the sampling grid (fairseq's ``--sampling
@@ -104,6 +106,7 @@ class EvalConfig:
     grid_tau: Tuple[float, ...] = (1.0, 3.0)
     grid_candidates: Tuple[int, ...] = (1,)
     grid_refine_steps: Tuple[int, ...] = ()
+    grid_copy_k: Tuple[int, ...] = ()
     relaxed_rows: str = "all"
     stock_only: bool = False
     backends: Tuple[str, ...] = (DEFAULT_BACKEND,)
@@ -290,10 +293,8 @@ def build_grid(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSpec]:
                 for copy in _copies(cfg) if ort and not fused else ():
                     # auto rows explore up to the copy's own cap, as --spec-k auto does
                     # (which refuses a copy beside --int8's verifier)
-                    specs += [_with(spec, backend=backend, int8=int8, drafter=copy,
-                                    k=VERIFIER_DRAFTER_K if spec.auto else spec.k)
-                              for spec in grid if spec.k and spec.candidates == 1
-                              and not (int8 and spec.auto)]
+                    specs += [_with(spec, backend=backend, int8=int8, drafter=copy)
+                              for spec in _copy_grid(cfg, grid) if not (int8 and spec.auto)]
     specs += _half_precision_specs(cfg, grid)
     if cfg.relaxed_rows == "one":
         specs = [spec for spec in specs if _kept_relaxed(spec, cfg)]
@@ -319,8 +320,21 @@ def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSp
                   for k in [0, *dict.fromkeys(ks)]]
         for copy in _copies(cfg) if backend == "onnxruntime" else ():
             specs += [dataclasses.replace(specdec(k=k, backend=backend, drafter=copy),
-                                          sampling_topk=topk) for k in dict.fromkeys(ks)]
+                                          sampling_topk=topk)
+                      for k in dict.fromkeys(cfg.grid_copy_k or ks)]
     return specs
+
+
+def _copy_grid(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:
+    """The chain rows of ``grid`` that drafts (K > 0, one candidate) for a verifier
+    copy: its auto rows up to the copies' cap, its fixed K ``cfg.grid_copy_k``
+    where given (each with the first fixed row's settings) instead of the grid's."""
+    chains = [spec for spec in grid if spec.k and spec.candidates == 1]
+    fixed = [spec for spec in chains if not spec.auto]
+    if cfg.grid_copy_k and fixed:
+        first = [spec for spec in fixed if spec.k == fixed[0].k]
+        fixed = [_with(spec, k=k) for k in cfg.grid_copy_k for spec in first]
+    return fixed + [_with(spec, k=VERIFIER_DRAFTER_K) for spec in chains if spec.auto]
 
 
 def _copies(cfg: EvalConfig) -> List[str]:

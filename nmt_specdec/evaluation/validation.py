@@ -29,6 +29,7 @@ def validate(cfg: EvalConfig) -> None:
             raise UserError(f"--drafters {copy} needs onnxruntime among --backend")
     if any(k < 0 for k in cfg.grid_k):
         raise UserError(f"--grid-k values must be >= 0, got {min(cfg.grid_k)}")
+    _check_positive("--grid-copy-k", cfg.grid_copy_k)
     _check_positive("--grid-beta", cfg.grid_beta)
     if cfg.relaxed_rows not in ("all", "one"):
         raise UserError(f"--relaxed-rows must be all or one, got {cfg.relaxed_rows}")

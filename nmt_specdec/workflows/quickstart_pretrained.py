@@ -106,6 +106,7 @@ def eval_config(cfg, model_dir: Path, raw_dir: Path):
         grid_candidates=tuple(sorted({1, settings.get("candidates", 1)})),
         grid_tau=(chosen("relaxed_tau", 2.0),), relaxed_rows=plan.get("relaxed_rows", "all"),
         int8=plan.get("int8", False), drafters=tuple(plan.get("drafters", ("head",))),
+        grid_copy_k=tuple(plan.get("copy_k", ())),
         max_len_a=settings["max_len_a"],
         max_len_b=settings["max_len_b"], batch_sizes=(1,), repeats=chosen("repeats", 5),
         warmup_batches=2, threads=1, cpu=True, progress=True, ct2=True,

@@ -92,3 +92,26 @@ def test_each_copy_asked_for_gets_its_greedy_and_sampling_rows(tmp_path):
 def test_a_bad_sampling_topk_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match="--sampling-topk values must be >= 1, got 0"):
         validate(_config(tmp_path, "--sampling-topk", "0"))
+
+
+def test_the_copies_take_their_own_fixed_k_where_asked(tmp_path):
+    """``--grid-copy-k``: the copies' fixed rows (greedy, beside --int8's verifier,
+    sampling) at those K instead of --grid-k's, the head's rows and every auto row
+    as before; a K below 1 is refused in one line."""
+    cfg = _config(tmp_path, "--sampling-topk", "10", "--backend", "onnxruntime", "--int8",
+                  "--drafters", "head", "verifier-int4", "--grid-copy-k", "4", "10")
+    validate(cfg)
+    specs = build_grid(cfg, default_k=4)
+    head = {(spec.k, spec.auto) for spec in specs if spec.kind == "specdec"
+            and spec.drafter == "head" and spec.k}
+    assert head == {(2, False), (4, True)}
+    assert [spec.name for spec in specs if spec.drafter == "verifier-int4"] == [
+        "SpecDec K=4 β=1 drafter=verifier-int4 [onnxruntime]",
+        "SpecDec K=10 β=1 drafter=verifier-int4 [onnxruntime]",
+        f"SpecDec auto K≤{VERIFIER_DRAFTER_K} β=1 drafter=verifier-int4 [onnxruntime]",
+        "SpecDec K=4 β=1 drafter=verifier-int4 [onnxruntime int8]",
+        "SpecDec K=10 β=1 drafter=verifier-int4 [onnxruntime int8]",
+        "SpecDec K=4 sampling top-10 drafter=verifier-int4 [onnxruntime]",
+        "SpecDec K=10 sampling top-10 drafter=verifier-int4 [onnxruntime]"]
+    with pytest.raises(UserError, match="--grid-copy-k values must be >= 1, got 0"):
+        validate(_config(tmp_path, "--grid-copy-k", "0"))
