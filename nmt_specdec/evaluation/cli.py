@@ -183,8 +183,8 @@ def _add_grid_args(group) -> None:
         "(verifier-int4) adds each onnxruntime fp32 chain row drafted by the verifier's "
         "8-bit (4-bit) copy", "drafter"))
     add("--grid-copy-k", type=int, nargs="+", default=[], help=_grid_help(
-        "fixed K of the verifier copies' rows (default: --grid-k's above 0); a copy drafts "
-        "well beyond the head's block size", "k"))
+        "fixed K of the verifier copies' rows (default: --grid-k's above 0): a copy "
+        "accepts well at K far beyond the head's block size", "k"))
     add("--backend", dest="backends", nargs="+", choices=BACKENDS, default=[DEFAULT_BACKEND],
         help=_grid_help("who runs the SpecDec rows' model calls; several: every SpecDec row "
                         "on each, in the same interleaved run", "backend"))

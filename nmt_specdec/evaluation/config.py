@@ -58,7 +58,7 @@ class EvalConfig:
             the verifier copies' rows (``verifier-int8``, ``verifier-int4``) run on
             fp32 onnxruntime only.
         grid_copy_k: the verifier copies' fixed K (empty: ``grid_k``'s K > 0): a
-            copy drafts well far beyond the head's block size.
+            copy's drafts are accepted at K far beyond the head's block size.
         ct2: add CTranslate2 greedy rows (fp32 and int8) of the converted verifier,
             on the run's device.
         sampling_topk: add the sampling grid (fairseq's ``--sampling
@@ -326,7 +326,7 @@ def _sampling_specs(cfg: EvalConfig, default_k: Optional[int]) -> List[DecoderSp
 
 
 def _copy_grid(cfg: EvalConfig, grid: List[DecoderSpec]) -> List[DecoderSpec]:
-    """The chain rows of ``grid`` that drafts (K > 0, one candidate) for a verifier
+    """The chain rows of ``grid`` that draft (K > 0, one candidate), for a verifier
     copy: its auto rows up to the copies' cap, its fixed K ``cfg.grid_copy_k``
     where given (each with the first fixed row's settings) instead of the grid's."""
     chains = [spec for spec in grid if spec.k and spec.candidates == 1]
